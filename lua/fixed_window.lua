@@ -1,0 +1,42 @@
+-- fixed_window.lua: at most limit units per window, windows aligned to the
+-- Unix epoch (a 1-minute window resets at every whole minute).
+--
+-- KEYS[1]  state "<window index>:<count>"; absent means nothing counted
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+-- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
+-- ARGV[3]  limit, units per window
+-- ARGV[4]  window length in microseconds
+-- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--
+-- A rejected request writes nothing. Two bursts either side of a boundary can
+-- admit 2 x limit within one window's length: the price of O(1) state.
+
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+
+local now = server_now()
+local index = floor_div(now, window)
+local count = 0
+local state = load_state(KEYS[1])
+-- A stored index ahead of ours means the clock stepped back: keep counting
+-- in that window rather than open a fresh one.
+if state and state[1] >= index then
+  index = state[1]
+  count = state[2]
+end
+local until_end = (index + 1) * window - now
+
+if count + n > limit then
+  return {0, limit - count, until_end, until_end, now}
+end
+if mode == MODE_TAKE then
+  count = count + n
+  store_state(KEYS[1], until_end, index, count)
+end
+local reset_after = 0
+if count > 0 then
+  reset_after = until_end
+end
+return {1, limit - count, 0, reset_after, now}

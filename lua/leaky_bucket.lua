@@ -1,0 +1,47 @@
+-- leaky_bucket.lua: the leaky bucket as a meter (policing). Each admitted
+-- unit pours one drop into a bucket of the given capacity that leaks at the
+-- rate; a request that would overflow it is rejected whole, never queued.
+--
+-- KEYS[1]  state "<level>:<last us>": the water level in ticks of leak time
+--          at the instant of the last admission; absent means empty
+-- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing)
+-- ARGV[2]  n, drops requested (1 <= n <= capacity, checked by the caller)
+-- ARGV[3]  capacity, in drops
+-- ARGV[4]  num } one drop leaks every num/den microseconds, the fraction in
+-- ARGV[5]  den }   lowest terms
+-- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--
+-- The level is kept in ticks of 1/den microsecond of leaking (a drop is num
+-- ticks), so leaking is exact: elapsed microseconds * den ticks drain away.
+
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local num = tonumber(ARGV[4])
+local den = tonumber(ARGV[5])
+
+local now = server_now()
+local level = 0
+local stamp = now -- the instant the level is measured at
+local state = load_state(KEYS[1])
+if state then
+  -- A last admission ahead of now means the clock stepped back: measure
+  -- from that instant, so no leaking is counted twice.
+  stamp = math.max(now, state[2])
+  local drained = stamp - state[2]
+  -- compare before multiplying, so a long idle gap cannot overflow
+  if drained < ceil_div(state[1], den) then
+    level = state[1] - drained * den
+  end
+end
+local full = capacity * num
+local pour = n * num
+
+if level + pour > full then
+  return {0, floor_div(full - level, num), ceil_div(level + pour - full, den), ceil_div(level, den), now}
+end
+if mode == MODE_TAKE then
+  level = level + pour
+  store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp)
+end
+return {1, floor_div(full - level, num), 0, ceil_div(level, den), now}

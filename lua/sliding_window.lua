@@ -1,0 +1,74 @@
+-- sliding_window.lua: sliding window counter, the two-counter approximation.
+-- The previous window's count is weighted by how much of it still overlaps
+-- the sliding window: estimate = prev * (window - elapsed) / window + cur.
+--
+-- KEYS[1]  state "<window index>:<previous count>:<current count>"
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+-- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
+-- ARGV[3]  limit, units per window
+-- ARGV[4]  window length in microseconds, a whole number of weight units
+-- ARGV[5]  weight unit in microseconds (1000 when the window is whole
+--          milliseconds, else 1): the resolution of the weight
+-- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--
+-- Comparisons are made in integers scaled by the window (in weight units):
+-- admit when prev * (W - e) + (cur + n) * W <= limit * W, elapsed e rounded
+-- down to a whole unit, which counts the previous window a little longer.
+
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local unit = tonumber(ARGV[5])
+local W = window / unit
+
+local now = server_now()
+local index = floor_div(now, window)
+local prev, cur = 0, 0
+local state = load_state(KEYS[1])
+if state then
+  if state[1] >= index then
+    -- same window, or the clock stepped back: keep counting in it
+    index, prev, cur = state[1], state[2], state[3]
+  elseif state[1] == index - 1 then
+    prev = state[3]
+  end
+end
+local start = index * window
+local elapsed = math.max(0, floor_div(now - start, unit))
+
+-- weighted_prev is ceil(prev * (W - e) / W): the previous window's share.
+local function weighted_prev(e)
+  return ceil_div(prev * (W - e), W)
+end
+
+if prev * (W - elapsed) + (cur + n) * W > limit * W then
+  local wait_until
+  local room = limit - n - cur
+  if room >= 0 then
+    -- Later in this window: prev * (W - e) <= room * W.
+    wait_until = start + (W - floor_div(room * W, prev)) * unit
+  else
+    -- In the next window the current count becomes the previous one:
+    -- cur * (W - e) <= (limit - n) * W.
+    local e = math.max(0, W - floor_div((limit - n) * W, cur))
+    wait_until = start + window + e * unit
+  end
+  local reset_after = start + 2 * window - now
+  if cur == 0 then
+    reset_after = start + window - now
+  end
+  return {0, math.max(0, limit - cur - weighted_prev(elapsed)), wait_until - now, reset_after, now}
+end
+
+if mode == MODE_TAKE then
+  cur = cur + n
+  store_state(KEYS[1], start + 2 * window - now, index, prev, cur)
+end
+local reset_after = 0
+if cur > 0 then
+  reset_after = start + 2 * window - now
+elseif prev > 0 then
+  reset_after = start + window - now
+end
+return {1, math.max(0, limit - cur - weighted_prev(elapsed)), 0, reset_after, now}

@@ -1,0 +1,65 @@
+// Package throttle limits the rate of work across a fleet of processes
+// through one shared Redis.
+//
+// A [Limiter] applies one [Policy] to any number of caller keys (a tenant, a
+// task type, a partner account). Before each unit of work, ask it:
+//
+//	limiter, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5})
+//	...
+//	r, err := limiter.Allow(ctx, "tenant-42")
+//	if err != nil { ... }          // Redis could not decide (see failure policy)
+//	if !r.Allowed { retry after r.RetryAfter }
+//
+// Every decision is one Lua script, run atomically by Redis in one round
+// trip, reading the clock with redis.call('TIME') on the server: no process's
+// clock matters, and concurrent callers anywhere never over-admit. A
+// rejected request consumes nothing, so a flood of rejections never extends
+// anyone's wait.
+//
+// # Choosing an algorithm
+//
+// Memory is MEMORY USAGE on Redis 7.0 for a key with a 9-byte prefix and a
+// 13-byte caller key (see TestMemoryPerKey).
+//
+//	Policy         State per key             Accuracy                       Bursts
+//	FixedWindow    1 string, 104 B           exact count per aligned window up to 2×Limit across a boundary
+//	SlidingLog     sorted set, ~40 B/unit    exact in every window          never more than Limit in any window
+//	SlidingWindow  1 string, 104 B           weighted estimate              smoothed; may be off by a few units
+//	TokenBucket    1 integer, 88 B           exact                          Burst at once, then Rate
+//	LeakyBucket    2 integers, 120 B         exact                          Capacity at once, then Rate
+//	GCRA           1 integer, 88 B           exact                          Burst at once, then Rate
+//
+// TokenBucket, LeakyBucket (as a meter) and GCRA with the same rate and
+// capacity make identical decisions; they differ in how the state is kept.
+// GCRA is the default choice: one integer, exact, smooth. Pick SlidingLog for
+// small limits that must hold in every interval ("at most 5 logins in any 15
+// minutes"), FixedWindow for quotas tied to the calendar-like windows
+// ("1,000 per minute, counted per minute"). A meter whose interval (Per/N) is
+// not a whole number of microseconds keeps a remainder beside its integer
+// (about 120 B).
+//
+// # Keys
+//
+// A caller key's state lives at prefix + policy identity + ":{" + caller key
+// + "}", for example "throttle:gcra:10/1s:5:{tenant-42}" ([Limiter.Key]). The
+// policy's identity keeps two policies on one caller key apart, and the
+// braces form a Redis Cluster hash tag: a caller key's state lives in one
+// slot, and '{', '}' and '%' inside caller keys are escaped, so no caller key
+// can move its slot or reach another's state. Every key is written with an
+// expiry that ends when its state stops mattering: idle keys disappear.
+//
+// # Failure policy and timeouts
+//
+// When Redis cannot answer, a Limiter fails closed by default: Allow returns
+// an error wrapping [ErrUnavailable]. With WithFailurePolicy(FailOpen) it
+// returns an allowed Result marked Degraded instead. [WithTimeout] bounds how
+// long one decision may take. A caller's own cancelled context always comes
+// back as its context error.
+//
+// # Numbers
+//
+// Scripts count time in integer microseconds (fractions of a microsecond as
+// exact integer ticks), never in floats that drift. Policies are validated
+// so that every intermediate value stays exact until the year 2200; numbers
+// too large for that are rejected by [New] with [ErrInvalidPolicy].
+package throttle

@@ -1,0 +1,42 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by this package. Each is wrapped with detail, so test for
+// them with [errors.Is]. Being throttled is never an error: it is a [Result]
+// with Allowed false.
+var (
+	// ErrInvalidPolicy reports a policy that fails validation: a limit,
+	// burst or rate below 1, a window shorter than a millisecond, or numbers
+	// too large to compute exactly.
+	ErrInvalidPolicy = errors.New("throttle: invalid policy")
+
+	// ErrInvalidOption reports a bad option or a nil client given to a
+	// constructor.
+	ErrInvalidOption = errors.New("throttle: invalid option")
+
+	// ErrInvalidKey reports an empty caller key.
+	ErrInvalidKey = errors.New("throttle: invalid key")
+
+	// ErrInvalidN reports a request for zero or fewer units.
+	ErrInvalidN = errors.New("throttle: invalid n")
+
+	// ErrExceedsLimit reports a request for more units than the policy can
+	// ever admit at once (n above Limit, Burst or Capacity). Waiting would
+	// not help, so no RetryAfter is given.
+	ErrExceedsLimit = errors.New("throttle: request exceeds the policy's limit")
+
+	// ErrUnavailable reports that Redis could not decide: it was unreachable,
+	// too slow for the configured timeout, or answered with an error. It
+	// wraps the underlying cause. Under [FailOpen] the decision is allowed
+	// and marked Degraded instead.
+	ErrUnavailable = errors.New("throttle: redis unavailable")
+)
+
+// invalidPolicy returns an error wrapping ErrInvalidPolicy.
+func invalidPolicy(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...)
+}

@@ -1,0 +1,106 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleRedis starts an embedded Redis with its clock stopped at a fixed
+// instant, so the examples print the same every time. In your code, connect
+// to your Redis instead: redis.NewClient(&redis.Options{Addr: "host:6379"}).
+func exampleRedis() (*redis.Client, *miniredis.Miniredis) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	return redis.NewClient(&redis.Options{Addr: m.Addr()}), m
+}
+
+// A fleet-wide limit of 10 requests per second per tenant, with bursts of 2.
+func Example() {
+	client, m := exampleRedis()
+	defer m.Close()
+	ctx := context.Background()
+
+	limiter, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := 0; i < 3; i++ {
+		r, err := limiter.Allow(ctx, "tenant-42")
+		if err != nil {
+			fmt.Println(err) // Redis could not decide: fail closed
+			return
+		}
+		if !r.Allowed {
+			fmt.Printf("request %d: throttled, retry after %s\n", i+1, r.RetryAfter)
+			continue
+		}
+		fmt.Printf("request %d: allowed, %d remaining\n", i+1, r.Remaining)
+	}
+	// Output:
+	// request 1: allowed, 1 remaining
+	// request 2: allowed, 0 remaining
+	// request 3: throttled, retry after 100ms
+}
+
+func ExampleLimiter_AllowN() {
+	client, m := exampleRedis()
+	defer m.Close()
+	ctx := context.Background()
+
+	// An API that allows 100 units per minute; a batch call costs 30.
+	limiter, _ := throttle.New(client, throttle.SlidingLog{Limit: 100, Window: time.Minute})
+	for i := 0; i < 4; i++ {
+		r, _ := limiter.AllowN(ctx, "partner-api", 30)
+		fmt.Printf("batch %d: allowed=%v remaining=%d\n", i+1, r.Allowed, r.Remaining)
+	}
+	// More than the policy can ever admit is an error, not a long wait.
+	_, err := limiter.AllowN(ctx, "partner-api", 101)
+	fmt.Println(errors.Is(err, throttle.ErrExceedsLimit))
+	// Output:
+	// batch 1: allowed=true remaining=70
+	// batch 2: allowed=true remaining=40
+	// batch 3: allowed=true remaining=10
+	// batch 4: allowed=false remaining=10
+	// true
+}
+
+func ExampleLimiter_Peek() {
+	client, m := exampleRedis()
+	defer m.Close()
+	ctx := context.Background()
+
+	limiter, _ := throttle.New(client, throttle.FixedWindow{Limit: 5, Window: time.Minute})
+	_, _ = limiter.AllowN(ctx, "nightly-export", 5)
+	r, _ := limiter.Peek(ctx, "nightly-export")
+	fmt.Printf("allowed=%v remaining=%d retry after %s\n", r.Allowed, r.Remaining, r.RetryAfter)
+	// Output:
+	// allowed=false remaining=0 retry after 1m0s
+}
+
+func ExampleWithFailurePolicy() {
+	// Nothing listens on this port: Redis is down.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	ctx := context.Background()
+	policy := throttle.TokenBucket{Rate: throttle.PerSecond(50), Burst: 10}
+
+	closed, _ := throttle.New(client, policy) // the default
+	_, err := closed.Allow(ctx, "k")
+	fmt.Println("fail-closed:", errors.Is(err, throttle.ErrUnavailable))
+
+	open, _ := throttle.New(client, policy, throttle.WithFailurePolicy(throttle.FailOpen))
+	r, err := open.Allow(ctx, "k")
+	fmt.Println("fail-open:", r.Allowed, r.Degraded, err)
+	// Output:
+	// fail-closed: true
+	// fail-open: true true <nil>
+}

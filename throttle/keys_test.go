@@ -1,0 +1,81 @@
+package throttle_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// hashTag returns the part of key Redis Cluster hashes: the text between the
+// first '{' and the next '}', when that is not empty; else the whole key.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+func TestKeyLayout(t *testing.T) {
+	tg := redistest.Embedded(t)
+	for _, tc := range []struct {
+		policy throttle.Policy
+		want   string
+	}{
+		{throttle.FixedWindow{Limit: 25, Window: time.Minute}, "throttle:fw:25/1m0s:{tenant-1}"},
+		{throttle.SlidingLog{Limit: 25, Window: time.Second}, "throttle:sl:25/1s:{tenant-1}"},
+		{throttle.SlidingWindow{Limit: 25, Window: time.Second}, "throttle:sw:25/1s:{tenant-1}"},
+		{throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5}, "throttle:tb:10/1s:5:{tenant-1}"},
+		{throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5}, "throttle:lb:10/1m0s:5:{tenant-1}"},
+		{throttle.GCRA{Rate: throttle.PerHour(10), Burst: 1}, "throttle:gcra:10/1h0m0s:1:{tenant-1}"},
+	} {
+		l, err := throttle.New(tg.Client, tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Key("tenant-1"); got != tc.want {
+			t.Errorf("%#v: key %q, want %q", tc.policy, got, tc.want)
+		}
+	}
+	l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix("app:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Key("x"); got != "app:gcra:1/1s:1:{x}" {
+		t.Errorf("WithPrefix: key %q", got)
+	}
+}
+
+// TestCallerKeysCannotEscapeTheirTag checks that braces in caller keys
+// neither change the Cluster slot nor make two caller keys share state.
+func TestCallerKeysCannotEscapeTheirTag(t *testing.T) {
+	tg := redistest.Embedded(t)
+	tg.Clock(t)
+	l := newLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+	callerKeys := []string{"a", "a}", "{a}", "a%7D", "a%", "%", "{", "}", "}{", "{}", "x}:{y", "tenant{1}", "tenant%7B1%7D", "\x00\xff", "ünï"}
+	seen := map[string]string{}
+	for _, k := range callerKeys {
+		redisKey := l.Key(k)
+		if prev, dup := seen[redisKey]; dup {
+			t.Fatalf("caller keys %q and %q share the Redis key %q", prev, k, redisKey)
+		}
+		seen[redisKey] = k
+		tag := hashTag(redisKey)
+		if strings.ContainsAny(tag, "{}") || !strings.HasSuffix(redisKey, "{"+tag+"}") {
+			t.Fatalf("caller key %q: Redis key %q hashes on %q, not on the whole caller key", k, redisKey, tag)
+		}
+		if r := allowN(t, l, k, 1); !r.Allowed {
+			t.Fatalf("caller key %q shares state with an earlier one: %+v", k, r)
+		}
+	}
+	if keys := tg.Keys(t); len(keys) != len(callerKeys) {
+		t.Fatalf("%d caller keys wrote %d Redis keys", len(callerKeys), len(keys))
+	}
+}

@@ -1,0 +1,97 @@
+package throttle
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Option configures a [Limiter]; pass options to [New].
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// DefaultPrefix starts every Redis key a Limiter writes, unless changed with
+// [WithPrefix].
+const DefaultPrefix = "throttle:"
+
+// config holds the options; its zero value is not the default, see
+// defaultConfig.
+type config struct {
+	prefix  string
+	timeout time.Duration
+	failure FailurePolicy
+}
+
+func defaultConfig() config {
+	return config{prefix: DefaultPrefix, failure: FailClosed}
+}
+
+// WithPrefix sets the string every Redis key of the Limiter starts with.
+// Default: [DefaultPrefix], "throttle:". The prefix may be empty and must
+// not contain '{' or '}', which would change the key's Redis Cluster slot.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		}
+		c.prefix = prefix
+		return nil
+	})
+}
+
+// WithTimeout bounds each decision: a call that has no answer from Redis
+// after d fails with [ErrUnavailable] (or is allowed and Degraded under
+// [FailOpen]). Default: 0, no bound beyond the caller's context and the
+// client's own timeouts. go-redis applies a context deadline to socket reads
+// only when the client is built with ContextTimeoutEnabled; otherwise its
+// ReadTimeout applies once a command has been sent.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: timeout must not be negative, got %s", ErrInvalidOption, d)
+		}
+		c.timeout = d
+		return nil
+	})
+}
+
+// FailurePolicy says what a decision returns when Redis cannot answer.
+type FailurePolicy int
+
+const (
+	// FailClosed rejects: the call returns an error wrapping
+	// [ErrUnavailable]. The default: nothing passes unmetered.
+	FailClosed FailurePolicy = iota
+	// FailOpen admits: the call returns a Result with Allowed and Degraded
+	// set, and a nil error, so work goes on while Redis is down.
+	FailOpen
+)
+
+// String returns "fail-closed" or "fail-open".
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailClosed:
+		return "fail-closed"
+	case FailOpen:
+		return "fail-open"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+// WithFailurePolicy chooses between [FailClosed] (the default) and
+// [FailOpen] for decisions Redis cannot make. A caller's own cancelled or
+// expired context is always returned as an error, under either policy.
+func WithFailurePolicy(p FailurePolicy) Option {
+	return optionFunc(func(c *config) error {
+		if p != FailClosed && p != FailOpen {
+			return fmt.Errorf("%w: unknown failure policy %d", ErrInvalidOption, int(p))
+		}
+		c.failure = p
+		return nil
+	})
+}

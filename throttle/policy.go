@@ -1,0 +1,51 @@
+package throttle
+
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Policy is a rate-limiting algorithm with its parameters: one of
+// [FixedWindow], [SlidingLog], [SlidingWindow], [TokenBucket], [LeakyBucket]
+// or [GCRA]. Policies are plain values, safe to copy and share. The set is
+// closed: the unexported method ties each policy to its Lua script.
+type Policy interface {
+	// Validate reports why the policy cannot be used, as an error wrapping
+	// ErrInvalidPolicy, or nil.
+	Validate() error
+
+	// spec describes how the policy runs; call it on a validated policy.
+	spec() spec
+}
+
+// Compile-time checks that every algorithm satisfies Policy.
+var (
+	_ Policy = FixedWindow{}
+	_ Policy = SlidingLog{}
+	_ Policy = SlidingWindow{}
+	_ Policy = TokenBucket{}
+	_ Policy = LeakyBucket{}
+	_ Policy = GCRA{}
+)
+
+// spec is everything a Limiter needs to run a policy.
+type spec struct {
+	// id names the algorithm and its parameters inside every Redis key, so
+	// that two policies never share state, e.g. "gcra:10/1s:5".
+	id string
+	// script is the algorithm's Lua, run with EVALSHA and EVAL as fallback.
+	script *redis.Script
+	// capacity is the most units one request may ask for, and Result.Limit.
+	capacity int
+	// params are the script's arguments after mode and n.
+	params []string
+}
+
+// Script arguments for the mode (ARGV[1]), as common.lua defines them.
+const (
+	modeTake = "0"
+	modePeek = "1"
+)
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

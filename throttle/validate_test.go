@@ -1,0 +1,88 @@
+package throttle_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+func TestNewRejectsBadPolicies(t *testing.T) {
+	tg := redistest.Embedded(t)
+	second := throttle.PerSecond(1)
+	for _, tc := range []struct {
+		policy throttle.Policy
+		says   string // part of the message
+	}{
+		{nil, "nil policy"},
+		{throttle.FixedWindow{Limit: 0, Window: time.Second}, "FixedWindow.Limit must be at least 1, got 0"},
+		{throttle.FixedWindow{Limit: -3, Window: time.Second}, "Limit"},
+		{throttle.FixedWindow{Limit: 1, Window: 0}, "FixedWindow.Window must be at least 1ms, got 0s"},
+		{throttle.FixedWindow{Limit: 1, Window: -time.Second}, "Window"},
+		{throttle.SlidingLog{Limit: 1, Window: 999 * time.Microsecond}, "SlidingLog.Window must be at least 1ms"},
+		{throttle.SlidingLog{Limit: 1, Window: 20 * 365 * 24 * time.Hour}, "at most"},
+		{throttle.SlidingWindow{Limit: 1, Window: time.Millisecond + time.Nanosecond}, "whole number of microseconds"},
+		{throttle.SlidingWindow{Limit: 1 << 40, Window: time.Hour}, "too large"},
+		{throttle.TokenBucket{Rate: throttle.Rate{}, Burst: 1}, "TokenBucket.Rate.N must be at least 1, got 0"},
+		{throttle.TokenBucket{Rate: throttle.Rate{N: 1, Per: 0}, Burst: 1}, "TokenBucket.Rate.Per must be at least 1µs"},
+		{throttle.TokenBucket{Rate: throttle.Rate{N: 1, Per: -time.Second}, Burst: 1}, "Rate.Per"},
+		{throttle.TokenBucket{Rate: second, Burst: 0}, "TokenBucket.Burst must be at least 1, got 0"},
+		{throttle.LeakyBucket{Rate: throttle.Rate{N: -1, Per: time.Second}, Capacity: 1}, "LeakyBucket.Rate.N"},
+		{throttle.LeakyBucket{Rate: second, Capacity: -1}, "LeakyBucket.Capacity must be at least 1"},
+		{throttle.GCRA{Rate: second, Burst: 0}, "GCRA.Burst must be at least 1"},
+		{throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1 << 30}, "too large"},
+		{throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Nanosecond}, Burst: 1}, "whole number of microseconds"},
+	} {
+		_, err := throttle.New(tg.Client, tc.policy)
+		if !errors.Is(err, throttle.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("New(%#v) = %v; want ErrInvalidPolicy saying %q", tc.policy, err, tc.says)
+		}
+		if tc.policy != nil && !errors.Is(tc.policy.Validate(), throttle.ErrInvalidPolicy) {
+			t.Errorf("%#v.Validate() = %v", tc.policy, tc.policy.Validate())
+		}
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tg := redistest.Embedded(t)
+	p := throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}
+	if _, err := throttle.New(nil, p); !errors.Is(err, throttle.ErrInvalidOption) {
+		t.Errorf("nil client: %v", err)
+	}
+	for _, opt := range []throttle.Option{
+		nil,
+		throttle.WithPrefix("a{b"),
+		throttle.WithPrefix("}"),
+		throttle.WithTimeout(-time.Second),
+		throttle.WithFailurePolicy(throttle.FailurePolicy(7)),
+	} {
+		if _, err := throttle.New(tg.Client, p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("option %v: %v; want ErrInvalidOption", opt, err)
+		}
+	}
+}
+
+func TestValidPoliciesAtTheEdges(t *testing.T) {
+	tg := redistest.Embedded(t)
+	for _, p := range []throttle.Policy{
+		throttle.FixedWindow{Limit: 1, Window: time.Millisecond},
+		throttle.SlidingLog{Limit: 1, Window: 10 * 365 * 24 * time.Hour},
+		throttle.SlidingWindow{Limit: 1_000_000, Window: 24 * time.Hour},
+		throttle.TokenBucket{Rate: throttle.Rate{N: 1_000_000_000, Per: time.Second}, Burst: 1},
+		throttle.GCRA{Rate: throttle.Rate{N: 1, Per: time.Microsecond}, Burst: 1},
+		throttle.GCRA{Rate: throttle.PerHour(1_000_000), Burst: 1_000_000},
+		throttle.LeakyBucket{Rate: throttle.Rate{N: 3, Per: 10 * 365 * 24 * time.Hour}, Capacity: 3},
+	} {
+		l, err := throttle.New(tg.Client, p, throttle.WithPrefix(tg.Prefix))
+		if err != nil {
+			t.Errorf("New(%#v): %v", p, err)
+			continue
+		}
+		if r := allowN(t, l, "k", 1); !r.Allowed {
+			t.Errorf("%#v: first request rejected: %+v", p, r)
+		}
+	}
+}

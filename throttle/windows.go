@@ -1,0 +1,104 @@
+package throttle
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	fixedWindowScript   = redis.NewScript(lua.Source(lua.FixedWindow))
+	slidingLogScript    = redis.NewScript(lua.Source(lua.SlidingLog))
+	slidingWindowScript = redis.NewScript(lua.Source(lua.SlidingWindow))
+)
+
+// FixedWindow admits at most Limit units per window, the windows aligned to
+// the Unix epoch (a one-minute window starts at every whole minute, on the
+// Redis server's clock). State is one small key per caller key.
+//
+// Two full bursts either side of a window boundary pass: up to 2×Limit
+// units can be admitted within one window's length. Choose [SlidingLog] or
+// [GCRA] when that matters.
+type FixedWindow struct {
+	Limit  int           // units per window, at least 1
+	Window time.Duration // window length, 1 ms to 10 years, whole µs
+}
+
+// Validate implements [Policy].
+func (p FixedWindow) Validate() error { return validateWindow("FixedWindow", p.Limit, p.Window) }
+
+func (p FixedWindow) spec() spec {
+	return windowSpec("fw", fixedWindowScript, p.Limit, p.Window)
+}
+
+// SlidingLog admits at most Limit units in any window of the given length,
+// exactly: it keeps one sorted-set entry per admitted unit, so its memory
+// per key grows with Limit (about 50–70 bytes per entry). Choose it for
+// small limits that must never be exceeded in any interval.
+type SlidingLog struct {
+	Limit  int           // units in any window, at least 1
+	Window time.Duration // window length, 1 ms to 10 years, whole µs
+}
+
+// Validate implements [Policy].
+func (p SlidingLog) Validate() error { return validateWindow("SlidingLog", p.Limit, p.Window) }
+
+func (p SlidingLog) spec() spec {
+	return windowSpec("sl", slidingLogScript, p.Limit, p.Window)
+}
+
+// SlidingWindow approximates a sliding window with two counters: the
+// previous fixed window's count weighted by how much of it the sliding
+// window still covers, plus the current one's. O(1) memory like
+// [FixedWindow], without its 2× burst at boundaries; the estimate assumes
+// the previous window's units were spread evenly, so it can admit slightly
+// more or fewer than an exact log would.
+type SlidingWindow struct {
+	Limit  int           // units per window, at least 1
+	Window time.Duration // window length, 1 ms to 10 years, whole µs
+}
+
+// Validate implements [Policy].
+func (p SlidingWindow) Validate() error {
+	if err := validateWindow("SlidingWindow", p.Limit, p.Window); err != nil {
+		return err
+	}
+	if units := p.Window.Microseconds() / weightUnit(p.Window); int64(p.Limit) > maxExact/units {
+		return invalidPolicy("SlidingWindow.Limit × Window is too large to weigh exactly (limit %d over %s)", p.Limit, p.Window)
+	}
+	return nil
+}
+
+func (p SlidingWindow) spec() spec {
+	s := windowSpec("sw", slidingWindowScript, p.Limit, p.Window)
+	s.params = append(s.params, itoa(weightUnit(p.Window)))
+	return s
+}
+
+// weightUnit is the resolution, in microseconds, at which SlidingWindow
+// weighs the previous window: a millisecond when the window is whole
+// milliseconds, which lets long windows carry large limits.
+func weightUnit(window time.Duration) int64 {
+	if window%time.Millisecond == 0 {
+		return 1000
+	}
+	return 1
+}
+
+func validateWindow(name string, limit int, window time.Duration) error {
+	if limit < 1 {
+		return invalidPolicy("%s.Limit must be at least 1, got %d", name, limit)
+	}
+	return checkSpan(name+".Window", window, time.Millisecond)
+}
+
+func windowSpec(kind string, script *redis.Script, limit int, window time.Duration) spec {
+	return spec{
+		id:       fmt.Sprintf("%s:%d/%s", kind, limit, window),
+		script:   script,
+		capacity: limit,
+		params:   []string{itoa(int64(limit)), itoa(window.Microseconds())},
+	}
+}
