@@ -15,6 +15,15 @@
 local MODE_TAKE = 0
 local MODE_PEEK = 1
 
+-- numeric_argv returns every ARGV converted to a number, in order.
+local function numeric_argv()
+  local values = {}
+  for i = 1, #ARGV do
+    values[i] = tonumber(ARGV[i])
+  end
+  return unpack(values)
+end
+
 -- server_now returns the Redis server's clock in microseconds.
 local function server_now()
   local t = redis.call('TIME')
@@ -72,3 +81,28 @@ local function store_state(key, ttl_us, ...)
   redis.call('SET', key, table.concat(fields, ':'), 'PX', ttl_ms(ttl_us))
 end
 
+
+-- Instants. The meters store one instant per key: a microsecond, plus a
+-- remainder in ticks of 1/den microsecond when the rate's interval is not a
+-- whole number of microseconds ("<us>" or "<us>:<ticks>").
+
+-- ticks_until returns how many ticks from now until the instant stored at
+-- key; 0 when it is absent or has passed.
+local function ticks_until(key, now, den)
+  local state = load_state(key)
+  if state and state[1] >= now then
+    return (state[1] - now) * den + (state[2] or 0)
+  end
+  return 0
+end
+
+-- store_instant stores the instant ticks after now, expiring when it comes.
+local function store_instant(key, now, ticks, den)
+  local whole = floor_div(ticks, den)
+  local rest = ticks - whole * den
+  if rest > 0 then
+    store_state(key, ceil_div(ticks, den), now + whole, rest)
+  else
+    store_state(key, whole, now + whole)
+  end
+end

@@ -11,10 +11,7 @@
 -- A rejected request writes nothing. Two bursts either side of a boundary can
 -- admit 2 x limit within one window's length: the price of O(1) state.
 
-local mode = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
+local mode, n, limit, window = numeric_argv()
 
 local now = server_now()
 local index = floor_div(now, window)

@@ -14,19 +14,11 @@
 -- A request of n units conforms when max(TAT, now) + n*T - burst*T <= now;
 -- it then moves the TAT to max(TAT, now) + n*T.
 
-local mode = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local T = tonumber(ARGV[4])
-local den = tonumber(ARGV[5])
+local mode, n, burst, T, den = numeric_argv()
 
 local now = server_now()
 -- debt: how far the TAT lies ahead of now, in ticks (0 when it has passed)
-local debt = 0
-local state = load_state(KEYS[1])
-if state and state[1] >= now then
-  debt = (state[1] - now) * den + (state[2] or 0)
-end
+local debt = ticks_until(KEYS[1], now, den)
 local tolerance = burst * T
 local new_debt = debt + n * T
 
@@ -36,12 +28,6 @@ if new_debt > tolerance then
 end
 if mode == MODE_TAKE then
   debt = new_debt
-  local whole = floor_div(debt, den)
-  local ticks = debt - whole * den
-  if ticks > 0 then
-    store_state(KEYS[1], ceil_div(debt, den), now + whole, ticks)
-  else
-    store_state(KEYS[1], whole, now + whole)
-  end
+  store_instant(KEYS[1], now, debt, den)
 end
 return {1, floor_div(tolerance - debt, T), 0, ceil_div(debt, den), now}

@@ -13,10 +13,7 @@
 -- more than limit entries in the window, and entries that left it are
 -- removed on the next admission, so memory is bounded by limit.
 
-local mode = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
+local mode, n, limit, window = numeric_argv()
 
 local now = server_now()
 local horizon = now - window        -- entries scored <= horizon have left

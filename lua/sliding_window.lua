@@ -15,11 +15,7 @@
 -- admit when prev * (W - e) + (cur + n) * W <= limit * W, elapsed e rounded
 -- down to a whole unit, which counts the previous window a little longer.
 
-local mode = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local window = tonumber(ARGV[4])
-local unit = tonumber(ARGV[5])
+local mode, n, limit, window, unit = numeric_argv()
 local W = window / unit
 
 local now = server_now()

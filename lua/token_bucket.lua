@@ -15,18 +15,10 @@
 -- of (tokens, last refill) keeps the state one integer: the tokens present
 -- are burst - missing / num, where missing is the refill time still owed.
 
-local mode = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local num = tonumber(ARGV[4])
-local den = tonumber(ARGV[5])
+local mode, n, burst, num, den = numeric_argv()
 
 local now = server_now()
-local missing = 0 -- ticks of refill until the bucket is full
-local state = load_state(KEYS[1])
-if state and state[1] >= now then
-  missing = (state[1] - now) * den + (state[2] or 0)
-end
+local missing = ticks_until(KEYS[1], now, den) -- refill owed until full
 local tokens = burst * num - missing -- the tokens present, in ticks
 local cost = n * num
 
@@ -36,12 +28,6 @@ end
 if mode == MODE_TAKE then
   tokens = tokens - cost
   missing = missing + cost
-  local whole = floor_div(missing, den)
-  local ticks = missing - whole * den
-  if ticks > 0 then
-    store_state(KEYS[1], ceil_div(missing, den), now + whole, ticks)
-  else
-    store_state(KEYS[1], whole, now + whole)
-  end
+  store_instant(KEYS[1], now, missing, den)
 end
 return {1, floor_div(tokens, num), 0, ceil_div(missing, den), now}
