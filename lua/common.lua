@@ -14,6 +14,8 @@
 
 local MODE_TAKE = 0
 local MODE_PEEK = 1
+local MODE_RESERVE = 2 -- meters only: book a later slot, up to a longest delay
+local MODE_CANCEL = 3  -- meters only: give a reservation's units back
 
 -- numeric_argv returns every ARGV converted to a number, in order.
 local function numeric_argv()
@@ -96,13 +98,70 @@ local function ticks_until(key, now, den)
   return 0
 end
 
+-- instant_after splits the instant ticks after now into a microsecond and a
+-- remainder in ticks.
+local function instant_after(now, ticks, den)
+  local whole = floor_div(ticks, den)
+  return now + whole, ticks - whole * den
+end
+
 -- store_instant stores the instant ticks after now, expiring when it comes.
 local function store_instant(key, now, ticks, den)
-  local whole = floor_div(ticks, den)
-  local rest = ticks - whole * den
+  local at, rest = instant_after(now, ticks, den)
   if rest > 0 then
-    store_state(key, ceil_div(ticks, den), now + whole, rest)
+    store_state(key, ceil_div(ticks, den), at, rest)
   else
-    store_state(key, whole, now + whole)
+    store_state(key, at - now, at)
   end
+end
+
+-- Reservations (TokenBucket and GCRA). Both meters keep one instant, the
+-- point up to which capacity is spoken for; "debt" is how far it lies ahead
+-- of now, in ticks. A reservation of cost ticks moves it by cost, and its
+-- slot starts when the debt left before it has fallen to the tolerance.
+
+-- meter_reply returns a decision in the scripts' common shape.
+local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
+  local remaining = math.max(0, floor_div(tolerance - debt, per_unit))
+  return {allowed, remaining, ceil_div(wait, den), ceil_div(debt, den), now}
+end
+
+-- reserve books cost ticks when the wait for them is at most max_wait
+-- ticks. Booked, it returns the decision plus the reservation's end instant
+-- (microsecond, ticks), which cancel needs; otherwise the wait after which
+-- booking would succeed.
+local function reserve(key, now, debt, cost, tolerance, per_unit, den, max_wait)
+  local wait = debt + cost - tolerance
+  if wait > max_wait then
+    return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
+  end
+  debt = debt + cost
+  store_instant(key, now, debt, den)
+  local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
+  local end_us, end_ticks = instant_after(now, debt, den)
+  reply[6], reply[7] = end_us, end_ticks
+  return reply
+end
+
+-- cancel gives back what it can of a reservation of cost ticks whose end
+-- instant is (end_us, end_ticks): nothing once its slot has begun, and only
+-- the part no later reservation has been stacked on, so that no slot booked
+-- since can move earlier. Returns 1 as allowed when anything was given back.
+local function cancel(key, now, debt, cost, tolerance, per_unit, den, end_us, end_ticks)
+  local to_end = (end_us - now) * den + end_ticks
+  if to_end - tolerance <= 0 then
+    return meter_reply(0, debt, tolerance, per_unit, 0, den, now)
+  end
+  local back = cost - math.max(0, debt - to_end)
+  if back <= 0 then
+    return meter_reply(0, debt, tolerance, per_unit, 0, den, now)
+  end
+  debt = debt - back
+  if debt > 0 then
+    store_instant(key, now, debt, den)
+  else
+    redis.call('DEL', key)
+    debt = 0
+  end
+  return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end

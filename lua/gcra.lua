@@ -3,31 +3,45 @@
 --
 -- KEYS[1]  the TAT, "<us>" or "<us>:<ticks>" (ticks of 1/den us past that
 --          microsecond); absent means no debt
--- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
+--          2 reserve n units, 3 cancel a reservation of n units
 -- ARGV[2]  n, units requested (1 <= n <= burst, checked by the caller)
 -- ARGV[3]  burst, how many units may arrive back to back
 -- ARGV[4]  num } the emission interval T is num/den microseconds, the
 -- ARGV[5]  den }   fraction in lowest terms
+-- ARGV[6]  reserve: the longest wait to book, in ticks;
+--          cancel: the reservation's end instant, in microseconds
+-- ARGV[7]  cancel: the end instant's remainder, in ticks
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--          where a booked reservation's retry_after_us is its start delay
+--          and two more values follow: its end instant (us, ticks)
 --
 -- Time is counted in ticks of 1/den microsecond, so T is exactly num ticks.
 -- A request of n units conforms when max(TAT, now) + n*T - burst*T <= now;
--- it then moves the TAT to max(TAT, now) + n*T.
+-- it then moves the TAT to max(TAT, now) + n*T. A reservation may move the
+-- TAT further, and waits until its units conform.
 
-local mode, n, burst, T, den = numeric_argv()
+local mode, n, burst, T, den, arg6, arg7 = numeric_argv()
 
 local now = server_now()
 -- debt: how far the TAT lies ahead of now, in ticks (0 when it has passed)
 local debt = ticks_until(KEYS[1], now, den)
 local tolerance = burst * T
-local new_debt = debt + n * T
+local cost = n * T
 
+if mode == MODE_RESERVE then
+  return reserve(KEYS[1], now, debt, cost, tolerance, T, den, arg6)
+elseif mode == MODE_CANCEL then
+  return cancel(KEYS[1], now, debt, cost, tolerance, T, den, arg6, arg7)
+end
+
+local new_debt = debt + cost
 if new_debt > tolerance then
   -- allow_at = TAT + n*T - burst*T; wait for it
-  return {0, floor_div(tolerance - debt, T), ceil_div(new_debt - tolerance, den), ceil_div(debt, den), now}
+  return meter_reply(0, debt, tolerance, T, new_debt - tolerance, den, now)
 end
 if mode == MODE_TAKE then
   debt = new_debt
   store_instant(KEYS[1], now, debt, den)
 end
-return {1, floor_div(tolerance - debt, T), 0, ceil_div(debt, den), now}
+return meter_reply(1, debt, tolerance, T, 0, den, now)

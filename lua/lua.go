@@ -51,6 +51,12 @@ var LeakyBucket string
 //go:embed gcra.lua
 var GCRA string
 
+// Concurrency is the concurrency limiter's script: holders of a key kept
+// in a sorted set scored by lease expiry.
+//
+//go:embed concurrency.lua
+var Concurrency string
+
 // Source returns the full text of a script as Redis runs it: [Common]
 // followed by the algorithm's own file.
 func Source(algorithm string) string {

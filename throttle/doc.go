@@ -38,6 +38,20 @@
 // not a whole number of microseconds keeps a remainder beside its integer
 // (about 120 B).
 //
+// # Pacing: Wait, Reserve and concurrency
+//
+// [Limiter.Wait] blocks until a request is admitted, like
+// golang.org/x/time/rate's Wait but fleet-wide, and refuses at once when the
+// wait would pass the context's deadline. [Limiter.Reserve] books a future
+// slot on a TokenBucket or GCRA: callers reserving one after another get
+// start times spaced by the rate, so a backlog flows out at the rate instead
+// of returning all at once to be rejected again. Wait uses it on those
+// policies: one call to Redis per waiter.
+//
+// A [ConcurrencyLimiter] caps how many holders a key has at once (work in
+// flight rather than a rate). Each [Lease] is renewed in the background
+// while its holder lives; a crashed holder's slot frees within one lease.
+//
 // # Keys
 //
 // A caller key's state lives at prefix + policy identity + ":{" + caller key

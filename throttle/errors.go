@@ -29,6 +29,21 @@ var (
 	// not help, so no RetryAfter is given.
 	ErrExceedsLimit = errors.New("throttle: request exceeds the policy's limit")
 
+	// ErrInvalidDelay reports a negative longest delay given to Reserve.
+	ErrInvalidDelay = errors.New("throttle: invalid delay")
+
+	// ErrNotSupported reports an operation the policy does not offer, such
+	// as Reserve on a window policy or a LeakyBucket.
+	ErrNotSupported = errors.New("throttle: not supported by this policy")
+
+	// ErrNotReserved reports waiting on a Reservation that was not booked.
+	ErrNotReserved = errors.New("throttle: reservation not booked")
+
+	// ErrLeaseLost reports a concurrency lease that had run out (its holder
+	// stopped renewing it for a whole lease period) or was reset before it
+	// was released.
+	ErrLeaseLost = errors.New("throttle: lease lost")
+
 	// ErrUnavailable reports that Redis could not decide: it was unreachable,
 	// too slow for the configured timeout, or answered with an error. It
 	// wraps the underlying cause. Under [FailOpen] the decision is allowed

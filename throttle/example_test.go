@@ -104,3 +104,78 @@ func ExampleWithFailurePolicy() {
 	// fail-closed: true
 	// fail-open: true true <nil>
 }
+
+func ExampleLimiter_Wait() {
+	client, m := exampleRedis()
+	defer m.Close()
+
+	// An outbound API allows 20 calls per second across all our processes.
+	limiter, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		if err := limiter.Wait(ctx, "partner-api"); err != nil {
+			fmt.Println(err) // the deadline is too near, or ctx was cancelled
+			return
+		}
+		fmt.Println("call", i+1)
+	}
+	// Output:
+	// call 1
+	// call 2
+	// call 3
+}
+
+func ExampleLimiter_Reserve() {
+	client, m := exampleRedis()
+	defer m.Close()
+	ctx := context.Background()
+
+	// Book slots for a batch at 50/s: each item gets its own start time.
+	limiter, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
+	for i := 0; i < 4; i++ {
+		res, err := limiter.Reserve(ctx, "batch", 1, time.Minute)
+		if err != nil || !res.OK {
+			fmt.Println("not booked:", err)
+			return
+		}
+		fmt.Printf("item %d starts in %s\n", i+1, res.Delay)
+		// Hand res.StartAt to the scheduler, or block with res.Wait(ctx);
+		// res.Cancel(ctx) gives the slot back if the item is dropped.
+	}
+	// Output:
+	// item 1 starts in 0s
+	// item 2 starts in 20ms
+	// item 3 starts in 40ms
+	// item 4 starts in 60ms
+}
+
+func ExampleConcurrencyLimiter_Acquire() {
+	client, m := exampleRedis()
+	defer m.Close()
+	ctx := context.Background()
+
+	// At most 2 exports per tenant at once, across the fleet.
+	exports, _ := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 2, Lease: 30 * time.Second})
+	var held []*throttle.Lease
+	for i := 0; i < 3; i++ {
+		lease, r, err := exports.Acquire(ctx, "tenant-42")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if lease == nil {
+			fmt.Printf("export %d: busy, the oldest lease runs out in %s\n", i+1, r.RetryAfter)
+			continue
+		}
+		fmt.Printf("export %d: running, %d slot(s) left\n", i+1, r.Remaining)
+		held = append(held, lease)
+	}
+	for _, lease := range held {
+		_ = lease.Release(ctx) // usually: defer lease.Release(ctx)
+	}
+	// Output:
+	// export 1: running, 1 slot(s) left
+	// export 2: running, 0 slot(s) left
+	// export 3: busy, the oldest lease runs out in 30s
+}

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -16,13 +15,9 @@ import (
 // the server's clock. A Limiter is safe for concurrent use; create one per
 // policy and reuse it. The zero Limiter is not usable: call [New].
 type Limiter struct {
-	client redis.UniversalClient
+	conn
 	policy Policy
 	spec   spec
-	cfg    config
-	// deadlines reports whether client applies context deadlines to socket
-	// reads; when it does not, timed calls run detached (see call).
-	deadlines bool
 }
 
 // New returns a Limiter that applies p through client, which may be a
@@ -37,25 +32,17 @@ type Limiter struct {
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
-	}
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
-		}
-		if err := opt.apply(&cfg); err != nil {
-			return nil, err
-		}
+	c, err := newConn(client, opts)
+	if err != nil {
+		return nil, err
 	}
-	return &Limiter{client: client, policy: p, spec: p.spec(), cfg: cfg, deadlines: honoursDeadlines(client)}, nil
+	return &Limiter{conn: c, policy: p, spec: p.spec()}, nil
 }
 
 // Policy returns the policy the Limiter applies.
@@ -93,105 +80,37 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	err := l.call(ctx, func(ctx context.Context) error {
-		return l.client.Del(ctx, l.Key(key)).Err()
-	})
-	if err != nil {
-		return l.unavailable(ctx, err)
-	}
-	return nil
+	return l.del(ctx, l.Key(key))
 }
 
 // decide validates a request and runs the policy's script for it.
 func (l *Limiter) decide(ctx context.Context, mode, key string, n int) (Result, error) {
-	switch {
-	case key == "":
-		return Result{}, fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case n < 1:
-		return Result{}, fmt.Errorf("%w: n must be at least 1, got %d", ErrInvalidN, n)
-	case n > l.spec.capacity:
-		return Result{}, fmt.Errorf("%w: n = %d, capacity %d", ErrExceedsLimit, n, l.spec.capacity)
+	if err := validRequest(key, n, l.spec.capacity); err != nil {
+		return Result{}, err
 	}
-	args := make([]any, 0, 2+len(l.spec.params))
-	args = append(args, mode, strconv.Itoa(n))
-	for _, p := range l.spec.params {
-		args = append(args, p)
-	}
-	var reply []int64
-	err := l.call(ctx, func(ctx context.Context) error {
-		var err error
-		reply, err = l.spec.script.Run(ctx, l.client, []string{l.Key(key)}, args...).Int64Slice()
-		if err == nil && len(reply) != 5 {
-			err = fmt.Errorf("script returned %d values, want 5", len(reply))
-		}
-		return err
-	})
+	reply, err := l.run(ctx, mode, key, n)
 	if err != nil {
-		if ctx.Err() == nil && mode == modeTake && l.cfg.failure == FailOpen {
+		if mode == modeTake && l.failOpen(ctx) {
 			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true}, nil
 		}
 		return Result{}, l.unavailable(ctx, err)
 	}
-	return Result{
-		Allowed:    reply[0] == 1,
-		Limit:      l.spec.capacity,
-		Remaining:  int(reply[1]),
-		RetryAfter: time.Duration(reply[2]) * time.Microsecond,
-		ResetAfter: time.Duration(reply[3]) * time.Microsecond,
-		serverTime: reply[4],
-	}, nil
+	return resultOf(reply, l.spec.capacity), nil
 }
 
-// call runs one Redis exchange under the configured timeout. go-redis
-// applies a context's deadline to socket reads only when the client was
-// built with ContextTimeoutEnabled; for other clients a timed exchange runs
-// in a goroutine of its own, so the caller is answered at the deadline while
-// the exchange ends within the client's ReadTimeout. When call returns at
-// the deadline fn may still be running, so the caller reads what fn writes
-// only after call returned nil.
-func (l *Limiter) call(ctx context.Context, fn func(context.Context) error) error {
-	if l.cfg.timeout <= 0 {
-		return fn(ctx)
+// run runs the policy's script for key: ARGV is the mode, n, the policy's
+// parameters, then extra.
+func (l *Limiter) run(ctx context.Context, mode, key string, n int, extra ...string) ([]int64, error) {
+	args := make([]any, 0, 2+len(l.spec.params)+len(extra))
+	args = append(args, mode, strconv.Itoa(n))
+	for _, p := range l.spec.params {
+		args = append(args, p)
 	}
-	timed, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	defer cancel()
-	var err error
-	if l.deadlines {
-		err = fn(timed)
-	} else {
-		done := make(chan error, 1)
-		go func() { done <- fn(timed) }()
-		select {
-		case err = <-done:
-		case <-timed.Done():
-			err = timed.Err()
-		}
+	for _, e := range extra {
+		args = append(args, e)
 	}
-	if err != nil && ctx.Err() == nil && errors.Is(timed.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		// The client reports its own timeout (a net error); say which
-		// deadline passed.
-		err = fmt.Errorf("%w after %s: %w", context.DeadlineExceeded, l.cfg.timeout, err)
-	}
-	return err
+	return l.eval(ctx, l.spec.script, l.Key(key), args)
 }
 
-// honoursDeadlines reports whether c applies context deadlines to its
-// socket reads.
-func honoursDeadlines(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// unavailable wraps a failed call: the caller's own context error when the
-// caller gave up, ErrUnavailable with the cause otherwise.
-func (l *Limiter) unavailable(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("throttle: %w", ctxErr)
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
+// micros converts a script's microseconds to a Duration.
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -26,7 +26,11 @@ type TokenBucket struct {
 // Validate implements [Policy].
 func (p TokenBucket) Validate() error { return validateMeter("TokenBucket", "Burst", p.Rate, p.Burst) }
 
-func (p TokenBucket) spec() spec { return meterSpec("tb", tokenBucketScript, p.Rate, p.Burst) }
+func (p TokenBucket) spec() spec {
+	s := meterSpec("tb", tokenBucketScript, p.Rate, p.Burst)
+	s.reservable = true
+	return s
+}
 
 // LeakyBucket is the leaky bucket as a meter, used for policing: every
 // admitted unit adds a drop to a bucket of Capacity drops that leaks at
@@ -58,7 +62,11 @@ type GCRA struct {
 // Validate implements [Policy].
 func (p GCRA) Validate() error { return validateMeter("GCRA", "Burst", p.Rate, p.Burst) }
 
-func (p GCRA) spec() spec { return meterSpec("gcra", gcraScript, p.Rate, p.Burst) }
+func (p GCRA) spec() spec {
+	s := meterSpec("gcra", gcraScript, p.Rate, p.Burst)
+	s.reservable = true
+	return s
+}
 
 func validateMeter(name, field string, rate Rate, capacity int) error {
 	if err := rate.validate(name + ".Rate"); err != nil {
@@ -80,5 +88,6 @@ func meterSpec(kind string, script *redis.Script, rate Rate, capacity int) spec 
 		script:   script,
 		capacity: capacity,
 		params:   []string{itoa(int64(capacity)), itoa(num), itoa(den)},
+		den:      den,
 	}
 }

@@ -248,9 +248,10 @@ func (m *gcraModel) decide(now, n int64, take bool) decision {
 	newTat := new(big.Rat).Add(tat, new(big.Rat).Mul(m.interval, big.NewRat(n, 1)))
 	allowAt := new(big.Rat).Sub(newTat, m.tolerance)
 	// remaining: how many intervals fit between now and tat - tolerance
+	// (none while reservations have run the meter into debt)
 	remaining := func(tat *big.Rat) int64 {
 		free := new(big.Rat).Sub(t, new(big.Rat).Sub(tat, m.tolerance))
-		return ratFloor(free.Quo(free, m.interval))
+		return max(0, ratFloor(free.Quo(free, m.interval)))
 	}
 	if allowAt.Cmp(t) > 0 {
 		return decision{false, remaining(tat), ratCeil(new(big.Rat).Sub(allowAt, t)), ratCeil(new(big.Rat).Sub(tat, t))}
@@ -276,4 +277,50 @@ func ratCeil(r *big.Rat) int64 {
 // accrue at rate per microsecond.
 func timeFor(amount, rate *big.Rat) int64 {
 	return ratCeil(new(big.Rat).Quo(amount, rate))
+}
+
+// --- reservations on the GCRA model (TokenBucket makes the same decisions) ---
+
+// reserve books n units when their wait is at most maxWait microseconds. It
+// returns the decision (RetryAfter holding the start delay when booked) and
+// the booking's end instant.
+func (m *gcraModel) reserve(now, n, maxWait int64) (decision, *big.Rat) {
+	t := big.NewRat(now, 1)
+	tat := new(big.Rat).Set(m.tat)
+	if tat.Cmp(t) < 0 {
+		tat.Set(t)
+	}
+	newTat := new(big.Rat).Add(tat, new(big.Rat).Mul(m.interval, big.NewRat(n, 1)))
+	wait := new(big.Rat).Sub(new(big.Rat).Sub(newTat, m.tolerance), t)
+	remaining := func(tat *big.Rat) int64 {
+		free := new(big.Rat).Sub(t, new(big.Rat).Sub(tat, m.tolerance))
+		return max(0, ratFloor(free.Quo(free, m.interval)))
+	}
+	if wait.Cmp(big.NewRat(maxWait, 1)) > 0 {
+		over := new(big.Rat).Sub(wait, big.NewRat(maxWait, 1))
+		return decision{false, remaining(tat), ratCeil(over), ratCeil(new(big.Rat).Sub(tat, t))}, nil
+	}
+	m.tat = newTat
+	return decision{true, remaining(newTat), max(0, ratCeil(wait)), ratCeil(new(big.Rat).Sub(newTat, t))}, newTat
+}
+
+// cancel gives back what it can of a booking of n units that ended at end.
+func (m *gcraModel) cancel(now, n int64, end *big.Rat) {
+	t := big.NewRat(now, 1)
+	start := new(big.Rat).Sub(end, m.tolerance)
+	if start.Cmp(t) <= 0 {
+		return // its slot has begun
+	}
+	tat := new(big.Rat).Set(m.tat)
+	if tat.Cmp(t) < 0 {
+		tat.Set(t)
+	}
+	stackedBehind := new(big.Rat).Sub(tat, end)
+	if stackedBehind.Sign() < 0 {
+		stackedBehind.SetInt64(0)
+	}
+	back := new(big.Rat).Sub(new(big.Rat).Mul(m.interval, big.NewRat(n, 1)), stackedBehind)
+	if back.Sign() > 0 {
+		m.tat = tat.Sub(tat, back)
+	}
 }

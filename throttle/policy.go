@@ -1,10 +1,6 @@
 package throttle
 
-import (
-	"strconv"
-
-	"github.com/redis/go-redis/v9"
-)
+import "github.com/redis/go-redis/v9"
 
 // Policy is a rate-limiting algorithm with its parameters: one of
 // [FixedWindow], [SlidingLog], [SlidingWindow], [TokenBucket], [LeakyBucket]
@@ -40,12 +36,16 @@ type spec struct {
 	capacity int
 	// params are the script's arguments after mode and n.
 	params []string
+	// den is the meters' tick: 1/den of a microsecond; 0 for windows.
+	den int64
+	// reservable reports whether the script books future slots (Reserve).
+	reservable bool
 }
 
 // Script arguments for the mode (ARGV[1]), as common.lua defines them.
 const (
-	modeTake = "0"
-	modePeek = "1"
+	modeTake    = "0"
+	modePeek    = "1"
+	modeReserve = "2"
+	modeCancel  = "3"
 )
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,151 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// conn is what every limiter of this package shares: the client, the
+// options, and how one exchange with Redis runs and fails.
+type conn struct {
+	client redis.UniversalClient
+	cfg    config
+	// deadlines reports whether client applies context deadlines to socket
+	// reads; when it does not, timed calls run detached (see call).
+	deadlines bool
+}
+
+// newConn validates the client and applies the options.
+func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
+	if client == nil {
+		return conn{}, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			return conn{}, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := opt.apply(&cfg); err != nil {
+			return conn{}, err
+		}
+	}
+	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client)}, nil
+}
+
+// eval runs script on one key with the given arguments under the timeout
+// and returns its integer reply, which has at least five values.
+func (c *conn) eval(ctx context.Context, script *redis.Script, key string, args []any) ([]int64, error) {
+	var reply []int64
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		reply, err = script.Run(ctx, c.client, []string{key}, args...).Int64Slice()
+		if err == nil && len(reply) < 5 {
+			err = fmt.Errorf("script returned %d values, want 5 or more", len(reply))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// call runs one Redis exchange under the configured timeout. go-redis
+// applies a context's deadline to socket reads only when the client was
+// built with ContextTimeoutEnabled; for other clients a timed exchange runs
+// in a goroutine of its own, so the caller is answered at the deadline while
+// the exchange ends within the client's ReadTimeout. When call returns at
+// the deadline fn may still be running, so the caller reads what fn writes
+// only after call returned nil.
+func (c *conn) call(ctx context.Context, fn func(context.Context) error) error {
+	if c.cfg.timeout <= 0 {
+		return fn(ctx)
+	}
+	timed, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+	defer cancel()
+	var err error
+	if c.deadlines {
+		err = fn(timed)
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- fn(timed) }()
+		select {
+		case err = <-done:
+		case <-timed.Done():
+			err = timed.Err()
+		}
+	}
+	if err != nil && ctx.Err() == nil && errors.Is(timed.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		// The client reports its own timeout (a net error); say which
+		// deadline passed.
+		err = fmt.Errorf("%w after %s: %w", context.DeadlineExceeded, c.cfg.timeout, err)
+	}
+	return err
+}
+
+// unavailable wraps a failed call: the caller's own context error when the
+// caller gave up, ErrUnavailable with the cause otherwise.
+func (c *conn) unavailable(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("throttle: %w", ctxErr)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// failOpen reports whether a failed decision is to be allowed: the failure
+// policy says so and the caller has not given up.
+func (c *conn) failOpen(ctx context.Context) bool {
+	return c.cfg.failure == FailOpen && ctx.Err() == nil
+}
+
+// del deletes one key under the timeout.
+func (c *conn) del(ctx context.Context, key string) error {
+	err := c.call(ctx, func(ctx context.Context) error { return c.client.Del(ctx, key).Err() })
+	if err != nil {
+		return c.unavailable(ctx, err)
+	}
+	return nil
+}
+
+// honoursDeadlines reports whether c applies context deadlines to its
+// socket reads.
+func honoursDeadlines(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// validRequest checks a caller key and a unit count against a capacity.
+func validRequest(key string, n, capacity int) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case n < 1:
+		return fmt.Errorf("%w: n must be at least 1, got %d", ErrInvalidN, n)
+	case n > capacity:
+		return fmt.Errorf("%w: n = %d, capacity %d", ErrExceedsLimit, n, capacity)
+	}
+	return nil
+}
+
+// resultOf converts a script's reply to a Result.
+func resultOf(reply []int64, limit int) Result {
+	return Result{
+		Allowed:    reply[0] == 1,
+		Limit:      limit,
+		Remaining:  int(reply[1]),
+		RetryAfter: micros(reply[2]),
+		ResetAfter: micros(reply[3]),
+		serverTime: reply[4],
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
