@@ -320,6 +320,30 @@ func TestWaitOnAMeterIsOneCallPerWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	const waiters = 12
+	elapsed := waitConcurrently(t, l, waiters)
+	// Slots are 25ms apart on the Redis clock: the last cannot start sooner.
+	if least := (waiters - 1) * 25 * time.Millisecond; elapsed < least {
+		t.Fatalf("%d waiters done in %s, sooner than the policy allows (%s)", waiters, elapsed, least)
+	}
+	if calls := counter.count["evalsha"]; calls != waiters || counter.count["eval"] > waiters {
+		t.Fatalf("%d script calls for %d waiters: %v", calls, waiters, counter.count)
+	}
+}
+
+func TestWaitOnAWindowPollsUntilAdmitted(t *testing.T) {
+	tg := redistest.New(t)
+	l := newLimiter(t, tg, throttle.FixedWindow{Limit: 2, Window: 100 * time.Millisecond})
+	// 5 waiters, 2 per window: the last is admitted after two boundaries,
+	// which are a full window apart.
+	if elapsed := waitConcurrently(t, l, 5); elapsed < 100*time.Millisecond {
+		t.Fatalf("5 waiters on 2 per 100ms done in %s", elapsed)
+	}
+}
+
+// waitConcurrently starts waiters goroutines calling Wait on one key, fails
+// the test unless every one is admitted, and returns how long that took.
+func waitConcurrently(t *testing.T, l *throttle.Limiter, waiters int) time.Duration {
+	t.Helper()
 	start := time.Now()
 	var wg sync.WaitGroup
 	var done atomic.Int32
@@ -335,39 +359,10 @@ func TestWaitOnAMeterIsOneCallPerWaiter(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if done.Load() != waiters {
+	if int(done.Load()) != waiters {
 		t.Fatalf("%d of %d waiters admitted", done.Load(), waiters)
 	}
-	// Slots are 25ms apart on the Redis clock: the last cannot start sooner.
-	if least := (waiters - 1) * 25 * time.Millisecond; elapsed < least {
-		t.Fatalf("%d waiters done in %s, sooner than the policy allows (%s)", waiters, elapsed, least)
-	}
-	if calls := counter.count["evalsha"]; calls != waiters || counter.count["eval"] > waiters {
-		t.Fatalf("%d script calls for %d waiters: %v", calls, waiters, counter.count)
-	}
-}
-
-func TestWaitOnAWindowPollsUntilAdmitted(t *testing.T) {
-	tg := redistest.New(t)
-	l := newLimiter(t, tg, throttle.FixedWindow{Limit: 2, Window: 100 * time.Millisecond})
-	var wg sync.WaitGroup
-	var done atomic.Int32
-	for range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.Wait(context.Background(), "k"); err != nil {
-				t.Error(err)
-				return
-			}
-			done.Add(1)
-		}()
-	}
-	wg.Wait()
-	if done.Load() != 5 {
-		t.Fatalf("%d of 5 waiters admitted", done.Load())
-	}
+	return time.Since(start)
 }
 
 // TestWaitRefusesADeadlineItCannotMeet: when the wait would pass the
