@@ -118,7 +118,12 @@ end
 -- Reservations (TokenBucket and GCRA). Both meters keep one instant, the
 -- point up to which capacity is spoken for; "debt" is how far it lies ahead
 -- of now, in ticks. A reservation of cost ticks moves it by cost, and its
--- slot starts when the debt left before it has fallen to the tolerance.
+-- slot starts when the debt left before it has fallen to the tolerance:
+-- start = end - tolerance, where end is where the booking moved the instant.
+--
+-- A ticket key (KEYS[2], optional) remembers one caller's booking, as
+-- "<end us>:<end ticks>", until its slot starts: the same caller asking
+-- again is given that booking rather than a new one.
 
 -- meter_reply returns a decision in the scripts' common shape.
 local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
@@ -127,32 +132,50 @@ local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
 end
 
 -- reserve books cost ticks when the wait for them is at most max_wait
--- ticks. Booked, it returns the decision plus the reservation's end instant
--- (microsecond, ticks), which cancel needs; otherwise the wait after which
--- booking would succeed.
-local function reserve(key, now, debt, cost, tolerance, per_unit, den, max_wait)
+-- ticks. Booked, it returns the decision, the booking's end instant (us,
+-- ticks), which cancel needs, and 1 when the booking is the ticket's
+-- standing one; otherwise the wait after which booking would succeed.
+local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait)
+  if ticket then
+    local held = load_state(ticket)
+    if held then
+      local wait = (held[1] - now) * den + held[2] - tolerance
+      if wait >= 0 then
+        local reply = meter_reply(1, debt, tolerance, per_unit, wait, den, now)
+        reply[6], reply[7], reply[8] = held[1], held[2], 1
+        return reply
+      end
+    end
+  end
   local wait = debt + cost - tolerance
   if wait > max_wait then
     return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
   end
   debt = debt + cost
   store_instant(key, now, debt, den)
-  local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
   local end_us, end_ticks = instant_after(now, debt, den)
-  reply[6], reply[7] = end_us, end_ticks
+  if ticket and wait > 0 then
+    -- kept a millisecond past the slot's start, so a caller arriving at the
+    -- start finds it (the check above, not the expiry, decides)
+    store_state(ticket, ceil_div(wait, den) + 1000, end_us, end_ticks)
+  end
+  local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
+  reply[6], reply[7], reply[8] = end_us, end_ticks, 0
   return reply
 end
 
--- cancel gives back what it can of a reservation of cost ticks whose end
--- instant is (end_us, end_ticks): nothing once its slot has begun, and only
--- the part no later reservation has been stacked on, so that no slot booked
--- since can move earlier. Returns 1 as allowed when anything was given back.
-local function cancel(key, now, debt, cost, tolerance, per_unit, den, end_us, end_ticks)
-  local to_end = (end_us - now) * den + end_ticks
-  if to_end - tolerance <= 0 then
-    return meter_reply(0, debt, tolerance, per_unit, 0, den, now)
+-- cancel gives back what it can of an unused booking of cost ticks that
+-- ended at (end_us, end_ticks): the part of it still ahead of now (time has
+-- already paid for the rest), less what later bookings that start in the
+-- future stand on, so that no new booking can share a slot with one of
+-- theirs. Returns 1 as allowed when anything was given back.
+local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, end_us, end_ticks)
+  if ticket then
+    redis.call('DEL', ticket)
   end
-  local back = cost - math.max(0, debt - to_end)
+  local to_end = (end_us - now) * den + end_ticks
+  local later = math.max(0, debt - math.max(to_end, tolerance))
+  local back = math.min(cost, math.max(0, to_end), debt) - later
   if back <= 0 then
     return meter_reply(0, debt, tolerance, per_unit, 0, den, now)
   end
@@ -161,7 +184,6 @@ local function cancel(key, now, debt, cost, tolerance, per_unit, den, end_us, en
     store_instant(key, now, debt, den)
   else
     redis.call('DEL', key)
-    debt = 0
   end
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end

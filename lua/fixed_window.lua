@@ -2,21 +2,34 @@
 -- Unix epoch (a 1-minute window resets at every whole minute).
 --
 -- KEYS[1]  state "<window index>:<count>"; absent means nothing counted
--- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
+--          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
 -- ARGV[3]  limit, units per window
 -- ARGV[4]  window length in microseconds
+-- ARGV[5]  undo: the window index the units were taken in
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--          and, for mode 2, the window index and 0 (what undo needs)
 --
 -- A rejected request writes nothing. Two bursts either side of a boundary can
 -- admit 2 x limit within one window's length: the price of O(1) state.
 
-local mode, n, limit, window = numeric_argv()
+local mode, n, limit, window, taken_in = numeric_argv()
 
 local now = server_now()
 local index = floor_div(now, window)
 local count = 0
 local state = load_state(KEYS[1])
+
+if mode == MODE_CANCEL then
+  -- Units taken in a window that has ended need no giving back.
+  if state and state[1] == taken_in and state[1] >= index then
+    count = math.max(0, state[2] - n)
+    store_state(KEYS[1], (taken_in + 1) * window - now, taken_in, count)
+  end
+  return {1, limit - count, 0, 0, now}
+end
+
 -- A stored index ahead of ours means the clock stepped back: keep counting
 -- in that window rather than open a fresh one.
 if state and state[1] >= index then
@@ -28,7 +41,7 @@ local until_end = (index + 1) * window - now
 if count + n > limit then
   return {0, limit - count, until_end, until_end, now}
 end
-if mode == MODE_TAKE then
+if mode ~= MODE_PEEK then
   count = count + n
   store_state(KEYS[1], until_end, index, count)
 end
@@ -36,4 +49,4 @@ local reset_after = 0
 if count > 0 then
   reset_after = until_end
 end
-return {1, limit - count, 0, reset_after, now}
+return {1, limit - count, 0, reset_after, now, index, 0}

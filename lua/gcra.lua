@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  the TAT, "<us>" or "<us>:<ticks>" (ticks of 1/den us past that
 --          microsecond); absent means no debt
+-- KEYS[2]  reserve and cancel, optional: the caller's ticket (see common.lua)
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 reserve n units, 3 cancel a reservation of n units
 -- ARGV[2]  n, units requested (1 <= n <= burst, checked by the caller)
@@ -14,7 +15,8 @@
 -- ARGV[7]  cancel: the end instant's remainder, in ticks
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
---          and two more values follow: its end instant (us, ticks)
+--          and three more values follow: its end instant (us, ticks) and 1
+--          when it is the ticket's standing booking, else 0
 --
 -- Time is counted in ticks of 1/den microsecond, so T is exactly num ticks.
 -- A request of n units conforms when max(TAT, now) + n*T - burst*T <= now;
@@ -30,9 +32,9 @@ local tolerance = burst * T
 local cost = n * T
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], now, debt, cost, tolerance, T, den, arg6)
+  return reserve(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6)
 elseif mode == MODE_CANCEL then
-  return cancel(KEYS[1], now, debt, cost, tolerance, T, den, arg6, arg7)
+  return cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6, arg7)
 end
 
 local new_debt = debt + cost

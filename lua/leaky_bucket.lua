@@ -4,12 +4,15 @@
 --
 -- KEYS[1]  state "<level>:<last us>": the water level in ticks of leak time
 --          at the instant of the last admission; absent means empty
--- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing)
+-- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing),
+--          2 pour n drops and say how to undo it (nothing is needed),
+--          3 take n drops back out
 -- ARGV[2]  n, drops requested (1 <= n <= capacity, checked by the caller)
 -- ARGV[3]  capacity, in drops
 -- ARGV[4]  num } one drop leaks every num/den microseconds, the fraction in
 -- ARGV[5]  den }   lowest terms
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--          and, for mode 2, two zeros
 --
 -- The level is kept in ticks of 1/den microsecond of leaking (a drop is num
 -- ticks), so leaking is exact: elapsed microseconds * den ticks drain away.
@@ -33,11 +36,21 @@ end
 local full = capacity * num
 local pour = n * num
 
+if mode == MODE_CANCEL then
+  level = math.max(0, level - pour)
+  if level > 0 then
+    store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp)
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}
+end
+
 if level + pour > full then
   return {0, floor_div(full - level, num), ceil_div(level + pour - full, den), ceil_div(level, den), now}
 end
-if mode == MODE_TAKE then
+if mode ~= MODE_PEEK then
   level = level + pour
   store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp)
 end
-return {1, floor_div(full - level, num), 0, ceil_div(level, den), now}
+return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}

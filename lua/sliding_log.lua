@@ -2,20 +2,34 @@
 -- of the given length, one sorted-set entry per admitted unit.
 --
 -- KEYS[1]  sorted set of admitted units, scored by admission time in us;
---          members are "<us>:<seq>", unique per unit
--- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+--          members are "<us>:<seq>", unique per unit (seq numbers the units
+--          admitted in one microsecond)
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
+--          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
 -- ARGV[3]  limit, units per window
 -- ARGV[4]  window length in microseconds
+-- ARGV[5]  undo: the admission time of the units (us)
+-- ARGV[6]  undo: the sequence number of the first of them
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--          and, for mode 2, the admission time and first sequence number
 --
 -- A unit admitted at t counts while now < t + window. The set never holds
 -- more than limit entries in the window, and entries that left it are
 -- removed on the next admission, so memory is bounded by limit.
 
-local mode, n, limit, window = numeric_argv()
+local mode, n, limit, window, taken_at, first_seq = numeric_argv()
 
 local now = server_now()
+
+if mode == MODE_CANCEL then
+  local stamp = int(taken_at)
+  for i = 0, n - 1 do
+    redis.call('ZREM', KEYS[1], stamp .. ':' .. int(first_seq + i))
+  end
+  return {1, 0, 0, 0, now}
+end
+
 local horizon = now - window        -- entries scored <= horizon have left
 local open = '(' .. int(horizon)    -- exclusive lower bound for ZCOUNT
 local count = redis.call('ZCOUNT', KEYS[1], open, '+inf')
@@ -38,12 +52,15 @@ if count + n > limit then
   return {0, limit - count, retry_after, newest_reset(), now}
 end
 
-if mode == MODE_TAKE then
+local seq = 0
+if mode ~= MODE_PEEK then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(horizon))
-  -- Entries of one score are added together and leave together, so the
-  -- number already at this score is the next free sequence number.
-  local seq = redis.call('ZCOUNT', KEYS[1], now, now)
+  -- Members admitted at this very microsecond (rare but for a frozen
+  -- clock) take the sequence numbers after the highest already there.
   local stamp = int(now)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], stamp, stamp)) do
+    seq = math.max(seq, tonumber(string.sub(member, #stamp + 2)) + 1)
+  end
   local batch = {}
   for i = 1, n do
     batch[#batch + 1] = stamp
@@ -56,4 +73,4 @@ if mode == MODE_TAKE then
   count = count + n
   redis.call('PEXPIRE', KEYS[1], ttl_ms(window))
 end
-return {1, limit - count, 0, newest_reset(), now}
+return {1, limit - count, 0, newest_reset(), now, now, seq}

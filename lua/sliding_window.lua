@@ -3,19 +3,22 @@
 -- the sliding window: estimate = prev * (window - elapsed) / window + cur.
 --
 -- KEYS[1]  state "<window index>:<previous count>:<current count>"
--- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing)
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
+--          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
 -- ARGV[3]  limit, units per window
 -- ARGV[4]  window length in microseconds, a whole number of weight units
 -- ARGV[5]  weight unit in microseconds (1000 when the window is whole
 --          milliseconds, else 1): the resolution of the weight
+-- ARGV[6]  undo: the window index the units were taken in
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--          and, for mode 2, the window index and 0 (what undo needs)
 --
 -- Comparisons are made in integers scaled by the window (in weight units):
 -- admit when prev * (W - e) + (cur + n) * W <= limit * W, elapsed e rounded
 -- down to a whole unit, which counts the previous window a little longer.
 
-local mode, n, limit, window, unit = numeric_argv()
+local mode, n, limit, window, unit, taken_in = numeric_argv()
 local W = window / unit
 
 local now = server_now()
@@ -31,6 +34,22 @@ if state then
   end
 end
 local start = index * window
+
+if mode == MODE_CANCEL then
+  -- The units count where they were taken: in the stored current window,
+  -- or in the stored previous one once a later take moved the window on.
+  if state and (state[1] + 2) * window > now then
+    local w, p, c = state[1], state[2], state[3]
+    if w == taken_in then
+      c = math.max(0, c - n)
+    elseif w == taken_in + 1 then
+      p = math.max(0, p - n)
+    end
+    store_state(KEYS[1], (w + 2) * window - now, w, p, c)
+  end
+  return {1, 0, 0, 0, now}
+end
+
 local elapsed = math.max(0, floor_div(now - start, unit))
 
 -- weighted_prev is ceil(prev * (W - e) / W): the previous window's share.
@@ -57,7 +76,7 @@ if prev * (W - elapsed) + (cur + n) * W > limit * W then
   return {0, math.max(0, limit - cur - weighted_prev(elapsed)), wait_until - now, reset_after, now}
 end
 
-if mode == MODE_TAKE then
+if mode ~= MODE_PEEK then
   cur = cur + n
   store_state(KEYS[1], start + 2 * window - now, index, prev, cur)
 end
@@ -67,4 +86,4 @@ if cur > 0 then
 elseif prev > 0 then
   reset_after = start + window - now
 end
-return {1, math.max(0, limit - cur - weighted_prev(elapsed)), 0, reset_after, now}
+return {1, math.max(0, limit - cur - weighted_prev(elapsed)), 0, reset_after, now, index, 0}

@@ -129,7 +129,7 @@ func (c *ConcurrencyLimiter) Reset(ctx context.Context, key string) error {
 // run runs the concurrency script for one holder of key.
 func (c *ConcurrencyLimiter) run(ctx context.Context, mode, key, holder string) ([]int64, error) {
 	args := append([]any{mode, holder}, c.params...)
-	return c.eval(ctx, concurrencyScript, c.Key(key), args)
+	return c.eval(ctx, concurrencyScript, []string{c.Key(key)}, args)
 }
 
 // newHolderID returns a random identity for one lease.

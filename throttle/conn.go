@@ -36,13 +36,13 @@ func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
 	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client)}, nil
 }
 
-// eval runs script on one key with the given arguments under the timeout
-// and returns its integer reply, which has at least five values.
-func (c *conn) eval(ctx context.Context, script *redis.Script, key string, args []any) ([]int64, error) {
+// eval runs script on keys with the given arguments under the timeout and
+// returns its integer reply, which has at least five values.
+func (c *conn) eval(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
 	var reply []int64
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		reply, err = script.Run(ctx, c.client, []string{key}, args...).Int64Slice()
+		reply, err = script.Run(ctx, c.client, keys, args...).Int64Slice()
 		if err == nil && len(reply) < 5 {
 			err = fmt.Errorf("script returned %d values, want 5 or more", len(reply))
 		}

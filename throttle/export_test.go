@@ -11,3 +11,11 @@ func ServerStart(r *Reservation) int64 { return r.serverStart }
 // AbandonLease stops a lease's renewals without releasing it: the holder
 // "crashes".
 func AbandonLease(l *Lease) { l.stopRenewing() }
+
+// ReservationEnd returns where a meter booking left the meter's instant on
+// the Redis clock: microseconds and ticks of 1/den µs.
+func ReservationEnd(r *Reservation) (micros, ticks int64) { return r.undo[0], r.undo[1] }
+
+// ServerTime0 returns the Redis clock, in Unix microseconds, at which a
+// reservation was decided.
+func ServerTime0(r *Reservation) int64 { return r.serverTime }

@@ -17,3 +17,13 @@ func redisKey(prefix, id, callerKey string) string {
 	}
 	return prefix + id + ":{" + escaped + "}"
 }
+
+// ticketKey returns the key of a caller's ticket beside a state key: in the
+// same hash tag, so in the same Cluster slot. The ticket is escaped like a
+// caller key.
+func ticketKey(stateKey, ticket string) string {
+	if strings.ContainsAny(ticket, "%{}") {
+		ticket = keyEscaper.Replace(ticket)
+	}
+	return stateKey + ":t:" + ticket
+}

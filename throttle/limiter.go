@@ -101,6 +101,11 @@ func (l *Limiter) decide(ctx context.Context, mode, key string, n int) (Result, 
 // run runs the policy's script for key: ARGV is the mode, n, the policy's
 // parameters, then extra.
 func (l *Limiter) run(ctx context.Context, mode, key string, n int, extra ...string) ([]int64, error) {
+	return l.runTicket(ctx, mode, key, "", n, extra...)
+}
+
+// runTicket is run with a ticket key as KEYS[2] when ticket is not empty.
+func (l *Limiter) runTicket(ctx context.Context, mode, key, ticket string, n int, extra ...string) ([]int64, error) {
 	args := make([]any, 0, 2+len(l.spec.params)+len(extra))
 	args = append(args, mode, strconv.Itoa(n))
 	for _, p := range l.spec.params {
@@ -109,7 +114,12 @@ func (l *Limiter) run(ctx context.Context, mode, key string, n int, extra ...str
 	for _, e := range extra {
 		args = append(args, e)
 	}
-	return l.eval(ctx, l.spec.script, l.Key(key), args)
+	stateKey := l.Key(key)
+	keys := []string{stateKey}
+	if ticket != "" {
+		keys = append(keys, ticketKey(stateKey, ticket))
+	}
+	return l.eval(ctx, l.spec.script, keys, args)
 }
 
 // micros converts a script's microseconds to a Duration.

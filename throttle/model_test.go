@@ -240,7 +240,11 @@ func newGCRAModel(n int, per time.Duration, burst int) model {
 }
 
 func (m *gcraModel) decide(now, n int64, take bool) decision {
-	t := big.NewRat(now, 1)
+	return m.decideAt(big.NewRat(now, 1), n, take)
+}
+
+// decideAt is decide at an instant that may fall between microseconds.
+func (m *gcraModel) decideAt(t *big.Rat, n int64, take bool) decision {
 	tat := new(big.Rat).Set(m.tat)
 	if tat.Cmp(t) < 0 {
 		tat.Set(t)
@@ -304,22 +308,31 @@ func (m *gcraModel) reserve(now, n, maxWait int64) (decision, *big.Rat) {
 	return decision{true, remaining(newTat), max(0, ratCeil(wait)), ratCeil(new(big.Rat).Sub(newTat, t))}, newTat
 }
 
-// cancel gives back what it can of a booking of n units that ended at end.
+// cancel gives back what it can of an unused booking of n units that ended
+// at end: its part still ahead of now, less what later bookings that start
+// in the future stand on.
 func (m *gcraModel) cancel(now, n int64, end *big.Rat) {
 	t := big.NewRat(now, 1)
-	start := new(big.Rat).Sub(end, m.tolerance)
-	if start.Cmp(t) <= 0 {
-		return // its slot has begun
-	}
 	tat := new(big.Rat).Set(m.tat)
 	if tat.Cmp(t) < 0 {
 		tat.Set(t)
 	}
-	stackedBehind := new(big.Rat).Sub(tat, end)
-	if stackedBehind.Sign() < 0 {
-		stackedBehind.SetInt64(0)
+	debt := new(big.Rat).Sub(tat, t)
+	toEnd := new(big.Rat).Sub(end, t)
+	standOn := new(big.Rat).Set(toEnd)
+	if standOn.Cmp(m.tolerance) < 0 {
+		standOn.Set(m.tolerance)
 	}
-	back := new(big.Rat).Sub(new(big.Rat).Mul(m.interval, big.NewRat(n, 1)), stackedBehind)
+	later := new(big.Rat).Sub(debt, standOn)
+	back := new(big.Rat).Mul(m.interval, big.NewRat(n, 1))
+	for _, bound := range []*big.Rat{toEnd, debt} {
+		if back.Cmp(bound) > 0 {
+			back.Set(bound)
+		}
+	}
+	if later.Sign() > 0 {
+		back.Sub(back, later)
+	}
 	if back.Sign() > 0 {
 		m.tat = tat.Sub(tat, back)
 	}

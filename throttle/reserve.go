@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Reservation is a slot booked on a [TokenBucket] or [GCRA] limiter by
-// [Limiter.Reserve]: the caller may start its n units at StartAt, and the
-// capacity is already taken, so starting needs no further call to Redis.
-// A Reservation's methods are safe for concurrent use.
+// Reservation is capacity booked by [Limiter.Reserve] or [Limiter.ReserveFor]:
+// the caller may start its n units at StartAt, and the capacity is already
+// taken, so starting needs no further call to Redis. A Reservation's
+// methods are safe for concurrent use.
 type Reservation struct {
 	// OK reports whether the slot was booked. When false nothing was taken
 	// and RetryAfter says how long until a reservation with the same
@@ -32,18 +32,25 @@ type Reservation struct {
 	// Limit is the policy's Burst, Remaining the units still free now.
 	Limit, Remaining int
 
+	// Reused reports that ReserveFor found the ticket's standing booking
+	// and returned it instead of booking again.
+	Reused bool
+
 	// Degraded reports a reservation granted without Redis under
 	// [FailOpen]: OK with no delay, and nothing to cancel.
 	Degraded bool
 
 	limiter *Limiter
 	key     string
+	ticket  string
 	n       int
-	// endMicros and endTicks are the instant, on the Redis clock, up to
-	// which the meter's capacity was spoken for right after this booking.
-	endMicros, endTicks int64
-	// serverStart is the slot's start on the Redis clock, in µs.
-	serverStart int64
+	// undo is what the script needs to give the units back: for the meters
+	// the instant (µs, ticks) up to which capacity was spoken for right after
+	// this booking; for the windows where the units were counted.
+	undo [2]int64
+	// serverTime is the Redis clock at the decision and serverStart the
+	// slot's start on it, rounded up, in µs.
+	serverTime, serverStart int64
 
 	mu        sync.Mutex
 	cancelled bool
@@ -59,21 +66,51 @@ const maxReserveDelay = maxSpan
 // t+2/r, ... once the burst is spent), so each one, arriving at its start
 // time, finds the capacity it booked: no thundering herd of retries.
 //
-// Reserve is offered by [TokenBucket] and [GCRA], whose state can go into
-// debt up to maxDelay; other policies return [ErrNotSupported]. A negative
-// maxDelay fails with [ErrInvalidDelay]. When Redis cannot answer, the
-// failure policy decides: [FailOpen] grants a Degraded reservation at once.
+// Only [TokenBucket] and [GCRA] book future slots: their state can go into
+// debt up to maxDelay ([Limiter.CanReserveAhead]). The other policies book
+// the present only: Reserve with maxDelay 0 is AllowN that can be taken
+// back with Cancel, and a longer maxDelay fails with [ErrNotSupported]. A
+// negative maxDelay fails with [ErrInvalidDelay]. When Redis cannot answer,
+// the failure policy decides: [FailOpen] grants a Degraded reservation.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.Duration) (*Reservation, error) {
-	if !l.spec.reservable {
-		return nil, fmt.Errorf("%w: %T cannot book future slots; use GCRA or TokenBucket", ErrNotSupported, l.policy)
+	return l.reserve(ctx, key, "", n, maxDelay)
+}
+
+// ReserveFor is Reserve on behalf of a caller that may ask again later,
+// such as a queued task that will be rescheduled: ticket names the caller
+// (a task ID). While its booking's slot has not started, asking again with
+// the same ticket returns that booking, marked Reused, instead of booking
+// anew: a task that comes back early finds its slot waiting. The ticket is
+// kept in Redis, in the key's Cluster slot, until the slot starts. Only
+// [TokenBucket] and [GCRA] keep tickets; on the other policies the ticket
+// is ignored. An empty ticket fails with [ErrInvalidKey].
+func (l *Limiter) ReserveFor(ctx context.Context, key, ticket string, n int, maxDelay time.Duration) (*Reservation, error) {
+	if ticket == "" {
+		return nil, fmt.Errorf("%w: empty ticket", ErrInvalidKey)
 	}
+	return l.reserve(ctx, key, ticket, n, maxDelay)
+}
+
+// CanReserveAhead reports whether Reserve can book slots that start later
+// (TokenBucket and GCRA), rather than only the present.
+func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
+
+func (l *Limiter) reserve(ctx context.Context, key, ticket string, n int, maxDelay time.Duration) (*Reservation, error) {
 	if err := validRequest(key, n, l.spec.capacity); err != nil {
 		return nil, err
 	}
-	if maxDelay < 0 {
+	var extra []string
+	switch {
+	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
+	case l.spec.reservable:
+		extra = []string{itoa(l.ticks(maxDelay))}
+	case maxDelay > 0:
+		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
+	default:
+		ticket = ""
 	}
-	reply, err := l.run(ctx, modeReserve, key, n, itoa(l.ticks(maxDelay)))
+	reply, err := l.runTicket(ctx, modeReserve, key, ticket, n, extra...)
 	if err != nil {
 		if l.failOpen(ctx) {
 			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true}, nil
@@ -82,14 +119,18 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.
 	}
 	received := time.Now()
 	r := resultOf(reply, l.spec.capacity)
-	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, n: n}
+	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket, n: n}
 	if !res.OK {
 		res.RetryAfter = r.RetryAfter
 		return res, nil
 	}
+	if len(reply) < 7 {
+		return nil, l.unavailable(ctx, fmt.Errorf("script returned %d values for a booking, want 7", len(reply)))
+	}
 	res.Delay, res.StartAt = r.RetryAfter, received.Add(r.RetryAfter)
-	res.endMicros, res.endTicks = reply[5], reply[6]
-	res.serverStart = r.serverTime + reply[2]
+	res.undo = [2]int64{reply[5], reply[6]}
+	res.Reused = len(reply) > 7 && reply[7] == 1
+	res.serverTime, res.serverStart = r.serverTime, r.serverTime+reply[2]
 	return res, nil
 }
 
@@ -103,18 +144,20 @@ func (l *Limiter) ticks(d time.Duration) int64 {
 	return us * l.spec.den
 }
 
-// Cancel gives the reservation's capacity back, as far as that is still
-// possible: nothing once its slot has started, and only the part no later
-// reservation has been booked behind, so that no other caller's slot moves.
-// Cancelling twice, or cancelling a reservation that was not OK, does
-// nothing.
+// Cancel declares that the reserved units will not be used and gives their
+// capacity back, as far as that is still possible: on the meters, the part
+// of the booking that time has not already paid for, less what later
+// bookings starting in the future stand on (so that no new booking can share
+// a slot with theirs); on the windows, the units, if their window is still
+// counting. Do not Cancel units that were used. Cancelling twice, or
+// cancelling a reservation that was not OK, does nothing.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.OK || r.Degraded || r.cancelled {
 		return nil
 	}
-	_, err := r.limiter.run(ctx, modeCancel, r.key, r.n, itoa(r.endMicros), itoa(r.endTicks))
+	_, err := r.limiter.runTicket(ctx, modeCancel, r.key, r.ticket, r.n, itoa(r.undo[0]), itoa(r.undo[1]))
 	if err != nil {
 		return r.limiter.unavailable(ctx, err)
 	}

@@ -230,13 +230,28 @@ func TestCancelGivesBackWhatItCan(t *testing.T) {
 	if next := reserve(); next.Delay != 300*time.Millisecond {
 		t.Fatalf("after cancelling a middle slot the next booking got %s, want 300ms", next.Delay)
 	}
-	// A slot that has begun is in use: nothing to give back.
+	// The first booking has three standing on it: nothing to give back.
 	if err := now.Cancel(ctx); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(50 * time.Millisecond)
 	if next := reserve(); next.Delay != 350*time.Millisecond {
-		t.Fatalf("after cancelling a started slot the next booking got %s, want 350ms", next.Delay)
+		t.Fatalf("after cancelling the first slot the next booking got %s, want 350ms", next.Delay)
+	}
+
+	// An immediate booking with nothing after it is given back whole, even
+	// though its slot has begun: the caller says it did not use it.
+	other := newLimiter(t, tg, throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 2})
+	first, err := other.Reserve(ctx, "k", 2, 0)
+	if err != nil || !first.OK || first.Delay != 0 {
+		t.Fatalf("Reserve: %+v, %v", first, err)
+	}
+	clock.Advance(10 * time.Millisecond)
+	if err := first.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := peek(t, other, "k"); r.Remaining != 2 {
+		t.Fatalf("after cancelling an unused immediate booking: %+v, want the bucket full", r)
 	}
 }
 
