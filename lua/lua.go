@@ -57,6 +57,12 @@ var GCRA string
 //go:embed concurrency.lua
 var Concurrency string
 
+// ThrottledTask is the worker's per-task throttle counter, for give-up
+// policies.
+//
+//go:embed throttled_task.lua
+var ThrottledTask string
+
 // Source returns the full text of a script as Redis runs it: [Common]
 // followed by the algorithm's own file.
 func Source(algorithm string) string {

@@ -7,15 +7,22 @@ import "strings"
 // the same Redis key, and no '{' or '}' survives to move the tag.
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
+// Tag returns s as a Redis Cluster hash tag, "{" + s + "}", with '{', '}'
+// and '%' escaped so that nothing in s can move the tag or make two
+// strings share one. Packages that keep their own keys beside a Limiter's
+// use it to place them.
+func Tag(s string) string {
+	if strings.ContainsAny(s, "%{}") {
+		s = keyEscaper.Replace(s)
+	}
+	return "{" + s + "}"
+}
+
 // redisKey returns prefix + policy id + ":{" + escaped caller key + "}". The
 // braces are the hash tag: Redis Cluster places the key by the caller key
 // alone, so every key of one caller key lives in one slot.
 func redisKey(prefix, id, callerKey string) string {
-	escaped := callerKey
-	if strings.ContainsAny(callerKey, "%{}") {
-		escaped = keyEscaper.Replace(callerKey)
-	}
-	return prefix + id + ":{" + escaped + "}"
+	return prefix + id + ":" + Tag(callerKey)
 }
 
 // ticketKey returns the key of a caller's ticket beside a state key: in the

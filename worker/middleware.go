@@ -1,0 +1,243 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Headers the Throttler puts on the hand-over copy of a task (see handOver).
+const (
+	headerOrigin = "jobthrottle-origin" // the first task's ID
+	headerTicket = "jobthrottle-ticket" // whose bookings the copy inherits
+	headerCopies = "jobthrottle-copies" // how many copies came before
+)
+
+// deadlineMargin is the time a task keeps, before its deadline, to run
+// after an inline wait.
+const deadlineMargin = time.Second
+
+// Middleware returns h behind the Throttler's gate: an asynq.MiddlewareFunc
+// for ServeMux.Use, or to wrap the handler given to Server.Start.
+//
+// A task no rule matches goes straight to h. Otherwise the gate asks every
+// matching rule; a task that may run within the inline wait waits in its
+// handler and runs; a later one returns a *ThrottledError, which the
+// functions of [Throttler.Configure] turn into a return at the right time,
+// without counting a failure or using up a retry. A task with no retries
+// left never returns one: it waits inline as long as its deadline allows,
+// and beyond that is handed over to a copy of itself (see the package
+// documentation). Concurrency leases are released however h ends.
+func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
+		rules := t.matching(at)
+		if len(rules) == 0 {
+			return h.ProcessTask(ctx, at)
+		}
+		tk, err := t.describe(ctx, at, rules)
+		if err != nil {
+			return err
+		}
+		p, err := t.admit(ctx, tk, rules)
+		if err != nil || p == nil {
+			return err
+		}
+		defer p.giveBackLeases(ctx)
+		return h.ProcessTask(ctx, at)
+	})
+}
+
+// matching returns the rules that apply to the task, in order.
+func (t *Throttler) matching(at *asynq.Task) []*Rule {
+	var rules []*Rule
+	for i := range t.rules {
+		if t.rules[i].match.Match(at) {
+			rules = append(rules, &t.rules[i])
+		}
+	}
+	return rules
+}
+
+// describe gathers what the gate needs: the task's identity, whether it
+// has retries left, and its key in every rule.
+func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule) (*task, error) {
+	tk := &task{Task: at}
+	tk.id, _ = asynq.GetTaskID(ctx)
+	tk.queue, _ = asynq.GetQueueName(ctx)
+	retried, ok1 := asynq.GetRetryCount(ctx)
+	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
+	tk.last = ok1 && ok2 && retried >= maxRetry
+	tk.origin, tk.ticket = tk.id, tk.id
+	if h := at.Headers(); h != nil {
+		if v := h[headerOrigin]; v != "" {
+			tk.origin = v
+		}
+		if v := h[headerTicket]; v != "" {
+			tk.ticket = v
+		}
+		tk.copies, _ = strconv.Atoi(h[headerCopies])
+	}
+	if tk.ticket == "" {
+		// Outside an asynq server (a handler called directly): no
+		// identity to keep bookings under, so every pass books afresh.
+		tk.ticket = "anonymous"
+	}
+	for _, r := range rules {
+		key, err := r.key(at)
+		if err == nil && key == "" {
+			err = fmt.Errorf("%w: empty key", ErrNoKey)
+		}
+		if err != nil {
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Err: err})
+			return nil, fmt.Errorf("worker: rule %q: %w: %w", r.name, err, asynq.SkipRetry)
+		}
+		tk.keys = append(tk.keys, key)
+	}
+	return tk, nil
+}
+
+// admit passes the task through its rules, waiting inline where it may.
+// It returns the admitted pass, holding the leases to release after the
+// handler; or nil and the error the handler is to return; or nil, nil when
+// the task was handed over to a copy.
+func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, error) {
+	started := time.Now()
+	backoff := 25 * time.Millisecond
+	for {
+		p := t.tryPass(ctx, tk, rules)
+		if p.refused == nil {
+			budget := t.inlineBudget(ctx, tk, p.reused, started)
+			if p.delay <= budget {
+				if err := sleep(ctx, p.delay); err != nil {
+					p.giveBack(ctx, 0)
+					return nil, err
+				}
+				t.observeAdmitted(tk, p, time.Since(started))
+				return p, nil
+			}
+			p.deferToLatest(ctx, t.lead())
+		}
+		r := p.refused
+		if r.err != nil {
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
+		}
+		// Wait inline when the rule will say yes soon enough: a window that
+		// turns over, or a concurrency slot polled for with a backoff.
+		budget := t.inlineBudget(ctx, tk, false, started)
+		wait := r.retryAfter
+		if r.rule.conc != nil && r.err == nil {
+			wait, backoff = min(backoff, r.retryAfter), min(2*backoff, 250*time.Millisecond)
+		}
+		if !r.kept && wait <= budget {
+			if err := sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return nil, t.sendBack(ctx, tk, r)
+	}
+}
+
+// inlineBudget is how long the task may still wait in its handler: the
+// inline wait (plus the lead, for a task back for its own slots), or for a
+// task with no retries left, all the time its deadline allows.
+func (t *Throttler) inlineBudget(ctx context.Context, tk *task, reused bool, started time.Time) time.Duration {
+	budget := t.cfg.inlineWait - time.Since(started)
+	if reused {
+		budget += t.lead()
+	}
+	deadline, bounded := ctx.Deadline()
+	if tk.last {
+		if !bounded {
+			return time.Duration(1<<63 - 1)
+		}
+		budget = time.Until(deadline) - deadlineMargin
+	} else if bounded {
+		budget = min(budget, time.Until(deadline)-deadlineMargin)
+	}
+	return max(0, budget)
+}
+
+// sendBack returns a refused task to asynq: a *ThrottledError for its
+// retry set, a *GaveUpError when its rule's give-up policy says so, or for
+// a task with no retries left, a hand-over to a copy of itself.
+func (t *Throttler) sendBack(ctx context.Context, tk *task, r *refusal) error {
+	away := t.comeBackAfter(r)
+	rule := r.rule
+	throttles := 0
+	if rule.giveUp.enabled() && r.err == nil {
+		n, since, err := t.countThrottle(ctx, rule, tk.origin)
+		throttles = n
+		if err == nil && rule.giveUp.givesUp(n, since) {
+			t.cancelKept(ctx, tk, r)
+			gave := &GaveUpError{Rule: rule.name, Key: r.key, Throttles: n, ThrottledFor: since, drop: rule.giveUp.Action == GiveUpDrop}
+			t.observe(Event{Kind: GaveUp, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Throttles: n})
+			return gave
+		}
+	}
+	until := time.Now().Add(away)
+	if tk.last {
+		return t.handOver(ctx, tk, r, until)
+	}
+	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Delay: away, Throttles: throttles, Err: r.err})
+	return &ThrottledError{Rule: rule.name, Key: r.key, RetryAfter: away, until: until}
+}
+
+// cancelKept gives back the slots a refused task kept for its return.
+func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
+	if !r.kept {
+		return
+	}
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	for i, rule := range t.matching(tk.Task) {
+		if rule.limiter == nil || !rule.limiter.CanReserveAhead() {
+			continue
+		}
+		// Asked again with its ticket and no room to wait, the limiter
+		// returns the standing booking (or, if there is none, books the
+		// present if it can): either way, cancelling it gives it back.
+		if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], tk.ticket, 1, 0); err == nil && res.OK {
+			_ = res.Cancel(ctx)
+		}
+	}
+}
+
+func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration) {
+	switch {
+	case p.degraded:
+		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
+	case waited >= time.Millisecond:
+		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
+	default:
+		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type()})
+	}
+}
+
+// giveBackLeases releases the pass's leases once the handler has ended,
+// however it ended; bookings were used and stay.
+func (p *pass) giveBackLeases(ctx context.Context) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	for _, lease := range p.leases {
+		_ = lease.Release(ctx)
+	}
+}
+
+// sleep waits for d, or until ctx is done and returns its error.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

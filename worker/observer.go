@@ -1,0 +1,72 @@
+package worker
+
+import "time"
+
+// EventKind says what happened to a task at the gate.
+type EventKind int
+
+const (
+	// Admitted: the task's rules let it run at once.
+	Admitted EventKind = iota
+	// WaitedInline: the task waited Delay in its handler, then ran.
+	WaitedInline
+	// Rescheduled: the task went back to asynq, to return after Delay.
+	Rescheduled
+	// GaveUp: a rule's give-up policy stopped throttling the task.
+	GaveUp
+	// Degraded: Redis could not decide and a fail-open limiter let the
+	// task through.
+	Degraded
+	// Failed: the gate could not decide (Redis unavailable under
+	// fail-closed, or no key) and the task failed.
+	Failed
+)
+
+// String names the kind, for logs and metric labels.
+func (k EventKind) String() string {
+	switch k {
+	case Admitted:
+		return "admitted"
+	case WaitedInline:
+		return "waited_inline"
+	case Rescheduled:
+		return "rescheduled"
+	case GaveUp:
+		return "gave_up"
+	case Degraded:
+		return "degraded"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Event describes one decision about one task.
+type Event struct {
+	Kind     EventKind
+	TaskID   string
+	TaskType string
+	// Rule and Key name the rule that throttled, gave up or failed, and the
+	// task's key in it; empty for Admitted.
+	Rule, Key string
+	// Delay is the inline wait (WaitedInline) or the time until the task
+	// returns (Rescheduled).
+	Delay time.Duration
+	// Throttles counts the task's throttles by Rule, where the rule has a
+	// give-up policy that counts them.
+	Throttles int
+	// Err is the cause of Failed and Degraded.
+	Err error
+}
+
+// Observer receives the gate's events. Observe is called synchronously on
+// the task's goroutine, so it must be quick and safe for concurrent use.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(e Event) { f(e) }

@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// Rule is one throttle on the tasks it matches: a rate limit ([Rate]) or a
+// cap on how many run at once ([Concurrency]), with the key it counts each
+// task under and what to do about a task throttled too often. Rule values
+// are built by Rate and Concurrency and checked by [New].
+type Rule struct {
+	name      string
+	match     Matcher
+	limiter   *throttle.Limiter
+	conc      *throttle.ConcurrencyLimiter
+	key       KeyFunc
+	giveUp    GiveUpPolicy
+	bookAhead time.Duration
+	err       error
+}
+
+// Rate returns a rule that holds the tasks match picks to limiter's
+// policy, one limit per key (by default the task type).
+//
+// With a TokenBucket or GCRA limiter a task that cannot run within the
+// inline wait books its slot for later (up to [BookAhead]) and comes back
+// to it: rescheduled tasks return one by one at the rate. With the other
+// policies a throttled task returns after the limiter's RetryAfter, spread
+// by a random jitter of up to that much again (at least 1 s, at most 30 s).
+func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
+	r := Rule{name: name, match: match, limiter: limiter, key: ByType(), bookAhead: DefaultBookAhead}
+	if limiter == nil {
+		r.err = fmt.Errorf("%w: rule %q has a nil limiter", ErrInvalidRule, name)
+	}
+	return r.with(opts)
+}
+
+// Concurrency returns a rule that lets at most the limiter's Limit of the
+// tasks match picks run at once, per key, across every server: a lease is
+// taken before the handler runs and released when it returns, fails,
+// panics or is cancelled. A task that finds every slot taken waits inline
+// for a while, then returns to asynq after about a second.
+func Concurrency(name string, match Matcher, limiter *throttle.ConcurrencyLimiter, opts ...RuleOption) Rule {
+	r := Rule{name: name, match: match, conc: limiter, key: ByType()}
+	if limiter == nil {
+		r.err = fmt.Errorf("%w: rule %q has a nil limiter", ErrInvalidRule, name)
+	}
+	return r.with(opts)
+}
+
+// Name returns the rule's name.
+func (r Rule) Name() string { return r.name }
+
+func (r Rule) with(opts []RuleOption) Rule {
+	for _, opt := range opts {
+		if r.err != nil {
+			break
+		}
+		if opt == nil {
+			r.err = fmt.Errorf("%w: rule %q has a nil option", ErrInvalidRule, r.name)
+			break
+		}
+		r.err = opt.apply(&r)
+	}
+	return r
+}
+
+// validate reports what New cannot use in the rule.
+func (r Rule) validate() error {
+	switch {
+	case r.err != nil:
+		return r.err
+	case r.name == "":
+		return fmt.Errorf("%w: a rule needs a name", ErrInvalidRule)
+	case r.match == nil:
+		return fmt.Errorf("%w: rule %q has no matcher", ErrInvalidRule, r.name)
+	}
+	if p, ok := r.match.(patternMatcher); ok {
+		return p.validate()
+	}
+	return nil
+}
+
+// RuleOption configures a Rule.
+type RuleOption interface {
+	apply(*Rule) error
+}
+
+type ruleOptionFunc func(*Rule) error
+
+func (f ruleOptionFunc) apply(r *Rule) error { return f(r) }
+
+// KeyBy sets how the rule keys a task. Default: [ByType].
+func KeyBy(key KeyFunc) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if key == nil {
+			return fmt.Errorf("%w: rule %q: nil key function", ErrInvalidRule, r.name)
+		}
+		r.key = key
+		return nil
+	})
+}
+
+// DefaultBookAhead is how far ahead a rate rule books a rescheduled task's
+// slot unless [BookAhead] says otherwise.
+const DefaultBookAhead = time.Hour
+
+// BookAhead sets how far ahead a TokenBucket or GCRA rule may book a slot
+// for a rescheduled task. A task whose slot would lie further out books
+// nothing and returns when it could book. Default: [DefaultBookAhead].
+func BookAhead(d time.Duration) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: rule %q: BookAhead must be positive, got %s", ErrInvalidRule, r.name, d)
+		}
+		r.bookAhead = d
+		return nil
+	})
+}
+
+// GiveUpAction is what happens to a task a rule gives up on.
+type GiveUpAction int
+
+const (
+	// GiveUpArchive archives the task with a *GaveUpError as its last
+	// error (it wraps asynq.SkipRetry). The default.
+	GiveUpArchive GiveUpAction = iota
+	// GiveUpDrop deletes the task without running it (asynq.RevokeTask).
+	GiveUpDrop
+)
+
+// GiveUpPolicy limits how long a rule keeps throttling one task. Throttles
+// are counted in Redis by task ID, since asynq keeps no counters of its own
+// in a task. The zero value never gives up.
+type GiveUpPolicy struct {
+	// MaxThrottles is how many times the rule may send the task back to
+	// asynq; the throttle after that gives up. 0 for no limit.
+	MaxThrottles int
+	// MaxThrottledTime gives up on a throttle that comes this long or longer
+	// after the rule first throttled the task; 0 for no limit.
+	MaxThrottledTime time.Duration
+	// Action says what happens then. Default: GiveUpArchive.
+	Action GiveUpAction
+}
+
+func (p GiveUpPolicy) enabled() bool { return p.MaxThrottles > 0 || p.MaxThrottledTime > 0 }
+
+// GiveUp sets the rule's give-up policy. Default: never give up.
+func GiveUp(p GiveUpPolicy) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if p.MaxThrottles < 0 || p.MaxThrottledTime < 0 || (p.Action != GiveUpArchive && p.Action != GiveUpDrop) {
+			return fmt.Errorf("%w: rule %q: bad give-up policy %+v", ErrInvalidRule, r.name, p)
+		}
+		r.giveUp = p
+		return nil
+	})
+}

@@ -1,0 +1,159 @@
+package worker
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Throttler gates asynq task handlers with fleet-wide rules. Install its
+// [Throttler.Middleware] on the server's handler and call
+// [Throttler.Configure] on the server's Config. A Throttler is safe for
+// concurrent use by any number of servers; the zero value is not usable:
+// call [New].
+type Throttler struct {
+	client   redis.UniversalClient
+	enqueuer *asynq.Client
+	rules    []Rule
+	cfg      config
+	// forwarder is asynq's DelayedTaskCheckInterval as Configure saw it.
+	forwarder atomic.Int64
+}
+
+// asynqForwarder is asynq's default DelayedTaskCheckInterval.
+const asynqForwarder = 5 * time.Second
+
+// New returns a Throttler applying rules, in order, to every task they
+// match. client is the Redis the rules' limiters use; the Throttler keeps
+// its give-up counters there, and enqueues there the rare hand-over copy of
+// a task that has no retries left (see the package documentation).
+//
+// Options and their defaults:
+//
+//	WithInlineWait(d)   1s               longest wait inside the handler
+//	WithObserver(o)     none             receives every decision
+//	WithPrefix(s)       "throttle:"      start of the give-up counters' keys
+//
+// Errors wrap ErrInvalidRule.
+func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidRule)
+	}
+	if len(rules) == 0 {
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
+	}
+	names := map[string]bool{}
+	for _, r := range rules {
+		if err := r.validate(); err != nil {
+			return nil, err
+		}
+		if names[r.name] {
+			return nil, fmt.Errorf("%w: two rules are named %q", ErrInvalidRule, r.name)
+		}
+		names[r.name] = true
+	}
+	cfg := config{inlineWait: DefaultInlineWait, prefix: "throttle:"}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidRule)
+		}
+		if err := opt.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg}
+	t.forwarder.Store(int64(asynqForwarder))
+	return t, nil
+}
+
+// Configure sets what asynq needs so that throttled tasks travel right, in
+// one call, before the server starts:
+//
+//   - RetryDelayFunc: a throttled task comes back at the time its
+//     ThrottledError names (rounded up to the whole second asynq stores);
+//     any other error goes to the function cfg had, or asynq's default.
+//   - IsFailure: a throttled task is not a failure, so it neither counts in
+//     asynq's failed statistics nor uses up one of its retries; any other
+//     error goes to the function cfg had, or asynq's default.
+//   - DelayedTaskCheckInterval: 1s when unset (asynq's default is 5s), so
+//     rescheduled tasks return close to their time. A value already set is
+//     kept, and the Throttler plans returns around it.
+func (t *Throttler) Configure(cfg *asynq.Config) {
+	cfg.RetryDelayFunc = RetryDelayFunc(cfg.RetryDelayFunc)
+	cfg.IsFailure = IsFailureFunc(cfg.IsFailure)
+	if cfg.DelayedTaskCheckInterval <= 0 {
+		cfg.DelayedTaskCheckInterval = time.Second
+	}
+	t.forwarder.Store(int64(cfg.DelayedTaskCheckInterval))
+}
+
+// lead is how long before its slot a rescheduled task is sent back, so that
+// it is in its queue by then: a second for the whole-second retry times
+// asynq stores, plus one pass of its forwarder.
+func (t *Throttler) lead() time.Duration {
+	return time.Duration(t.forwarder.Load()) + time.Second
+}
+
+// Option configures a Throttler.
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+type config struct {
+	inlineWait time.Duration
+	observer   Observer
+	prefix     string
+}
+
+// DefaultInlineWait is the longest a task waits inside its handler for its
+// turn unless [WithInlineWait] says otherwise.
+const DefaultInlineWait = time.Second
+
+// WithInlineWait sets the longest a task waits for its turn inside its
+// handler, holding its worker, before it goes back to asynq instead. asynq
+// cannot express a return sooner than about a second, so shorter waits are
+// best spent inline. 0 sends every throttled task back. Default:
+// [DefaultInlineWait].
+func WithInlineWait(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: inline wait must not be negative, got %s", ErrInvalidRule, d)
+		}
+		c.inlineWait = d
+		return nil
+	})
+}
+
+// WithObserver sends every decision to o. Default: none.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) error {
+		c.observer = o
+		return nil
+	})
+}
+
+// WithPrefix sets the start of the Redis keys the Throttler writes (its
+// give-up counters). It must not contain '{' or '}'. Default: "throttle:".
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidRule, prefix)
+		}
+		c.prefix = prefix
+		return nil
+	})
+}
+
+func (t *Throttler) observe(e Event) {
+	if t.cfg.observer != nil {
+		t.cfg.observer.Observe(e)
+	}
+}
