@@ -28,11 +28,12 @@
 //   - On a TokenBucket or GCRA rule, a task whose turn is further off books
 //     its slot (throttle's ReserveFor, ticketed by task ID) and goes back to
 //     asynq to return a little before it: a second for the whole-second retry
-//     times asynq stores, plus one pass of its forwarder
-//     (DelayedTaskCheckInterval, which Configure sets to 1 s). Back early, it
-//     finds its slot and waits inline for it. Rescheduled tasks thus return
-//     one by one at the rate, each admitted on arrival, instead of all at the
-//     same second to be rejected again.
+//     times asynq stores, one pass of its forwarder (DelayedTaskCheckInterval,
+//     which Configure sets to 1 s) and an idle worker's longest sleep between
+//     looks at its queues (1.5 × TaskCheckInterval): 3.5 s with those
+//     settings. Back early, it finds its slot and waits inline for it.
+//     Rescheduled tasks thus return one by one at the rate, each admitted on
+//     arrival, instead of all at the same second to be rejected again.
 //   - On other rules, a task goes back for the limiter's RetryAfter, rounded
 //     up to the whole second, plus a random spread of up to as much again.
 //

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -162,10 +161,3 @@ func TestTasksWithoutRetriesAreHandedOver(t *testing.T) {
 	}
 }
 
-func ids(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprint(i)
-	}
-	return out
-}

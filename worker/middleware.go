@@ -106,6 +106,7 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, error) {
 	started := time.Now()
 	backoff := 25 * time.Millisecond
+	var slept time.Duration
 	for {
 		p := t.tryPass(ctx, tk, rules)
 		if p.refused == nil {
@@ -115,7 +116,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 					p.giveBack(ctx, 0)
 					return nil, err
 				}
-				t.observeAdmitted(tk, p, time.Since(started))
+				t.observeAdmitted(tk, p, slept+p.delay)
 				return p, nil
 			}
 			p.deferToLatest(ctx, t.lead())
@@ -135,6 +136,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 			if err := sleep(ctx, wait); err != nil {
 				return nil, err
 			}
+			slept += wait
 			continue
 		}
 		return nil, t.sendBack(ctx, tk, r)
@@ -210,7 +212,7 @@ func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration) {
 	switch {
 	case p.degraded:
 		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
-	case waited >= time.Millisecond:
+	case waited > 0:
 		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	default:
 		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type()})

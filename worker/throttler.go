@@ -20,12 +20,16 @@ type Throttler struct {
 	enqueuer *asynq.Client
 	rules    []Rule
 	cfg      config
-	// forwarder is asynq's DelayedTaskCheckInterval as Configure saw it.
-	forwarder atomic.Int64
+	// forwarder and poll are asynq's DelayedTaskCheckInterval and
+	// TaskCheckInterval as Configure saw them.
+	forwarder, poll atomic.Int64
 }
 
-// asynqForwarder is asynq's default DelayedTaskCheckInterval.
-const asynqForwarder = 5 * time.Second
+// asynq's defaults for DelayedTaskCheckInterval and TaskCheckInterval.
+const (
+	asynqForwarder = 5 * time.Second
+	asynqPoll      = time.Second
+)
 
 // New returns a Throttler applying rules, in order, to every task they
 // match. client is the Redis the rules' limiters use; the Throttler keeps
@@ -67,6 +71,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 	}
 	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg}
 	t.forwarder.Store(int64(asynqForwarder))
+	t.poll.Store(int64(asynqPoll))
 	return t, nil
 }
 
@@ -89,13 +94,17 @@ func (t *Throttler) Configure(cfg *asynq.Config) {
 		cfg.DelayedTaskCheckInterval = time.Second
 	}
 	t.forwarder.Store(int64(cfg.DelayedTaskCheckInterval))
+	if cfg.TaskCheckInterval > 0 {
+		t.poll.Store(int64(cfg.TaskCheckInterval))
+	}
 }
 
 // lead is how long before its slot a rescheduled task is sent back, so that
-// it is in its queue by then: a second for the whole-second retry times
-// asynq stores, plus one pass of its forwarder.
+// a worker has it by then: a second for the whole-second retry times asynq
+// stores, one pass of its forwarder, and the longest an idle worker sleeps
+// between looks at its queues (1.5 × TaskCheckInterval).
 func (t *Throttler) lead() time.Duration {
-	return time.Duration(t.forwarder.Load()) + time.Second
+	return time.Duration(t.forwarder.Load()) + time.Second + time.Duration(t.poll.Load())*3/2
 }
 
 // Option configures a Throttler.

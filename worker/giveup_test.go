@@ -1,0 +1,127 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+// bringBack moves a task waiting in the retry set back to pending at once,
+// as if its time had come, and waits until it has been through the gate
+// again (it is back in the retry set, or gone from it).
+func bringBack(t *testing.T, f *fleet, id string) *asynq.TaskInfo {
+	t.Helper()
+	waitState(t, f, id, asynq.TaskStateRetry)
+	if err := f.inspector.RunTask(f.queue, id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := f.inspector.GetTaskInfo(f.queue, id)
+		if err == nil && info.State != asynq.TaskStatePending && info.State != asynq.TaskStateActive {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s never left pending/active: %+v, %v", id, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitState(t *testing.T, f *fleet, id string, want asynq.TaskState) *asynq.TaskInfo {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := f.inspector.GetTaskInfo(f.queue, id)
+		if err == nil && info.State == want {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s not %v after 10s: %+v, %v", id, want, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestThrottlingUsesNoRetries: a task throttled again and again keeps its
+// whole retry budget and is not counted as failed.
+func TestThrottlingUsesNoRetries(t *testing.T) {
+	tg := redistest.New(t)
+	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter)}, worker.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log runLog
+	f := newFleet(t, tg, 1, 2, th, log.handler(0))
+	f.enqueue(t, "sync", nil)
+	f.waitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
+	throttled := f.enqueue(t, "sync", nil, asynq.MaxRetry(1))
+	for range 4 {
+		info := bringBack(t, f, throttled)
+		if info.State != asynq.TaskStateRetry || info.Retried != 0 || !strings.Contains(info.LastErr, "throttled by rule \"hourly\"") {
+			t.Fatalf("after a throttle: state %v, retried %d of %d, last error %q", info.State, info.Retried, info.MaxRetry, info.LastErr)
+		}
+		if wait := time.Until(info.NextProcessAt); wait < 30*time.Second {
+			t.Fatalf("rescheduled to return in %s; the hourly window is far off", wait)
+		}
+	}
+	q, err := f.inspector.GetQueueInfo(f.queue)
+	if err != nil || q.Failed != 0 || q.Archived != 0 {
+		t.Fatalf("queue %+v, %v: throttling counted as failure", q, err)
+	}
+	// Its turn comes (the window is reset): it runs, its budget intact.
+	if err := limiter.Reset(context.Background(), "sync"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.inspector.RunTask(f.queue, throttled); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDone(t, &log, 2, 10*time.Second)
+}
+
+// TestGiveUpArchivesWithAClearError: a rule that may send a task back twice
+// archives it, with a *GaveUpError message, on the third throttle.
+func TestGiveUpArchivesWithAClearError(t *testing.T) {
+	tg := redistest.New(t)
+	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen events
+	th, err := worker.New(tg.Client, []worker.Rule{
+		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2})),
+	}, worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log runLog
+	f := newFleet(t, tg, 1, 2, th, log.handler(0))
+	f.enqueue(t, "sync", nil)
+	f.waitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
+	doomed := f.enqueue(t, "sync", nil)
+	bringBack(t, f, doomed)          // second throttle
+	info := bringBack(t, f, doomed) // third: gives up
+	if info.State != asynq.TaskStateArchived {
+		t.Fatalf("after 3 throttles with MaxThrottles 2: state %v, last error %q", info.State, info.LastErr)
+	}
+	const want = `worker: gave up after rule "hourly" throttled the task 3 times`
+	if !strings.HasPrefix(info.LastErr, want) {
+		t.Fatalf("archived with %q, want it to start %q", info.LastErr, want)
+	}
+	if seen.count(worker.GaveUp) != 1 || seen.count(worker.Rescheduled) != 2 {
+		t.Fatalf("events %v: want 2 rescheduled and 1 gave up", seen.byKind)
+	}
+	if log.count() != 1 {
+		t.Fatalf("%d runs, want only the first task's", log.count())
+	}
+}

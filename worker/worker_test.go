@@ -1,0 +1,179 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+func TestNewRejectsBadRules(t *testing.T) {
+	tg := redistest.Embedded(t)
+	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	good := worker.Rate("ok", worker.AnyTask(), limiter)
+	for name, rules := range map[string][]worker.Rule{
+		"none":          nil,
+		"no name":       {worker.Rate("", worker.AnyTask(), limiter)},
+		"nil matcher":   {worker.Rate("r", nil, limiter)},
+		"nil limiter":   {worker.Rate("r", worker.AnyTask(), nil)},
+		"nil conc":      {worker.Concurrency("r", worker.AnyTask(), nil)},
+		"bad pattern":   {worker.Rate("r", worker.Pattern("a["), limiter)},
+		"duplicate":     {good, good},
+		"nil key":       {worker.Rate("r", worker.AnyTask(), limiter, worker.KeyBy(nil))},
+		"nil option":    {worker.Rate("r", worker.AnyTask(), limiter, nil)},
+		"bad bookahead": {worker.Rate("r", worker.AnyTask(), limiter, worker.BookAhead(0))},
+		"bad give-up":   {worker.Rate("r", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: -1}))},
+	} {
+		if _, err := worker.New(tg.Client, rules); !errors.Is(err, worker.ErrInvalidRule) {
+			t.Errorf("%s: New = %v, want ErrInvalidRule", name, err)
+		}
+	}
+	for name, opt := range map[string]worker.Option{
+		"nil":             nil,
+		"negative inline": worker.WithInlineWait(-time.Second),
+		"brace prefix":    worker.WithPrefix("a{"),
+	} {
+		if _, err := worker.New(tg.Client, []worker.Rule{good}, opt); !errors.Is(err, worker.ErrInvalidRule) {
+			t.Errorf("option %s: New = %v, want ErrInvalidRule", name, err)
+		}
+	}
+	if _, err := worker.New(nil, []worker.Rule{good}); !errors.Is(err, worker.ErrInvalidRule) {
+		t.Errorf("nil client: %v", err)
+	}
+}
+
+func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
+	tg := redistest.Embedded(t)
+	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	userErr := errors.New("the user's own")
+	cfg := asynq.Config{
+		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 42 * time.Second },
+		IsFailure:      func(err error) bool { return !errors.Is(err, userErr) },
+	}
+	th.Configure(&cfg)
+	if cfg.DelayedTaskCheckInterval != time.Second {
+		t.Errorf("DelayedTaskCheckInterval %s, want 1s", cfg.DelayedTaskCheckInterval)
+	}
+	task := asynq.NewTask("x", nil)
+	if d := cfg.RetryDelayFunc(3, errors.New("boom"), task); d != 42*time.Second {
+		t.Errorf("another error's delay: %s, want the user's 42s", d)
+	}
+	if cfg.IsFailure(userErr) || !cfg.IsFailure(errors.New("boom")) {
+		t.Error("IsFailure does not defer to the user's function")
+	}
+	kept := asynq.Config{DelayedTaskCheckInterval: 3 * time.Second}
+	th.Configure(&kept)
+	if kept.DelayedTaskCheckInterval != 3*time.Second || kept.IsFailure(errors.New("x")) != true {
+		t.Errorf("Configure changed a set interval or lost the default IsFailure: %+v", kept)
+	}
+	if d := kept.RetryDelayFunc(0, errors.New("x"), task); d < 15*time.Second {
+		t.Errorf("without a user function, other errors get asynq's default delay; got %s", d)
+	}
+}
+
+// TestARejectionGivesBackWhatOtherRulesTook calls the middleware directly:
+// when one rule turns a task away, the leases and units other rules gave it
+// are returned.
+func TestARejectionGivesBackWhatOtherRulesTook(t *testing.T) {
+	tg := redistest.Embedded(t)
+	ctx := context.Background()
+	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 5, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	meter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	conc, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+	var seen events
+	th, err := worker.New(tg.Client, []worker.Rule{
+		worker.Rate("window", worker.AnyTask(), window, worker.KeyBy(worker.Constant("w"))),
+		worker.Rate("meter", worker.AnyTask(), meter, worker.KeyBy(worker.Constant("m")), worker.BookAhead(time.Minute)),
+		worker.Concurrency("conc", worker.AnyTask(), conc, worker.KeyBy(worker.Constant("c"))),
+	}, worker.WithObserver(&seen), worker.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	h := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran++; return nil }))
+	task := asynq.NewTask("job", nil)
+	if err := h.ProcessTask(ctx, task); err != nil || ran != 1 {
+		t.Fatalf("first task: %v, ran %d", err, ran)
+	}
+	// The meter's hour is spent: the next task is turned away by it, and
+	// the window's unit and the concurrency lease are given back.
+	err = h.ProcessTask(ctx, task)
+	var throttled *worker.ThrottledError
+	if !errors.As(err, &throttled) || !errors.Is(err, worker.ErrThrottled) || throttled.Rule != "meter" || throttled.Key != "m" || ran != 1 {
+		t.Fatalf("second task: %v; want throttled by the meter", err)
+	}
+	if r, _ := window.Peek(ctx, "w"); r.Remaining != 4 {
+		t.Errorf("the window kept the refused task's unit: %+v", r)
+	}
+	if r, _ := conc.Peek(ctx, "c"); r.Remaining != 1 {
+		t.Errorf("the refused task kept its lease: %+v", r)
+	}
+	if seen.count(worker.Rescheduled) != 1 {
+		t.Errorf("events %v", seen.byKind)
+	}
+}
+
+func TestKeyFunctions(t *testing.T) {
+	task := asynq.NewTaskWithHeaders("partner:sync", []byte(`{"tenant":"acme","account":42,"flag":true}`), map[string]string{"region": "eu"})
+	for _, tc := range []struct {
+		name string
+		key  worker.KeyFunc
+		want string
+		err  bool
+	}{
+		{"type", worker.ByType(), "partner:sync", false},
+		{"constant", worker.Constant("all"), "all", false},
+		{"string field", worker.ByPayloadField("tenant"), "acme", false},
+		{"number field", worker.ByPayloadField("account"), "42", false},
+		{"bool field", worker.ByPayloadField("flag"), "", true},
+		{"missing field", worker.ByPayloadField("nope"), "", true},
+		{"header", worker.ByHeader("region"), "eu", false},
+		{"missing header", worker.ByHeader("zone"), "", true},
+	} {
+		got, err := tc.key(task)
+		if got != tc.want || (err != nil) != tc.err || (err != nil && !errors.Is(err, worker.ErrNoKey)) {
+			t.Errorf("%s: %q, %v", tc.name, got, err)
+		}
+	}
+	if _, err := worker.ByPayloadField("tenant")(asynq.NewTask("x", []byte("not json"))); !errors.Is(err, worker.ErrNoKey) {
+		t.Errorf("not JSON: %v", err)
+	}
+}
+
+func TestAKeylessTaskFailsWithoutRetries(t *testing.T) {
+	tg := redistest.Embedded(t)
+	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	th, _ := worker.New(tg.Client, []worker.Rule{worker.Rate("tenant", worker.AnyTask(), limiter, worker.KeyBy(worker.ByPayloadField("tenant")))})
+	err := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).ProcessTask(context.Background(), asynq.NewTask("x", []byte(`{}`)))
+	if !errors.Is(err, worker.ErrNoKey) || !errors.Is(err, asynq.SkipRetry) {
+		t.Fatalf("task without a tenant: %v; want ErrNoKey and asynq.SkipRetry", err)
+	}
+}
+
+func TestMatchers(t *testing.T) {
+	email, sms := asynq.NewTask("email:send", nil), asynq.NewTask("sms:send", nil)
+	for _, tc := range []struct {
+		m          worker.Matcher
+		email, sms bool
+	}{
+		{worker.Type("email:send"), true, false},
+		{worker.Type("email:send", "sms:send"), true, true},
+		{worker.Pattern("email:*"), true, false},
+		{worker.Pattern("*:send"), true, true},
+		{worker.AnyTask(), true, true},
+		{worker.MatchFunc(func(t *asynq.Task) bool { return t.Type() == "sms:send" }), false, true},
+	} {
+		if tc.m.Match(email) != tc.email || tc.m.Match(sms) != tc.sms {
+			t.Errorf("%#v: email %v, sms %v", tc.m, tc.m.Match(email), tc.m.Match(sms))
+		}
+	}
+}
