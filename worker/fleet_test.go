@@ -160,4 +160,3 @@ func TestTasksWithoutRetriesAreHandedOver(t *testing.T) {
 		t.Fatalf("events %v: want the two late tasks handed over", seen.byKind)
 	}
 }
-

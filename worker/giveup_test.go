@@ -109,7 +109,7 @@ func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	f.enqueue(t, "sync", nil)
 	f.waitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
 	doomed := f.enqueue(t, "sync", nil)
-	bringBack(t, f, doomed)          // second throttle
+	bringBack(t, f, doomed)         // second throttle
 	info := bringBack(t, f, doomed) // third: gives up
 	if info.State != asynq.TaskStateArchived {
 		t.Fatalf("after 3 throttles with MaxThrottles 2: state %v, last error %q", info.State, info.LastErr)
