@@ -122,8 +122,9 @@ end
 -- start = end - tolerance, where end is where the booking moved the instant.
 --
 -- A ticket key (KEYS[2], optional) remembers one caller's booking, as
--- "<end us>:<end ticks>", until its slot starts: the same caller asking
--- again is given that booking rather than a new one.
+-- "<end us>:<end ticks>:<grace ticks>", until grace after its slot starts:
+-- the same caller asking again by then is given that booking rather than a
+-- new one. The grace is the booking's own, set when it was made.
 
 -- meter_reply returns a decision in the scripts' common shape.
 local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
@@ -135,13 +136,13 @@ end
 -- ticks. Booked, it returns the decision, the booking's end instant (us,
 -- ticks), which cancel needs, and 1 when the booking is the ticket's
 -- standing one; otherwise the wait after which booking would succeed.
-local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait)
+local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait, grace)
   if ticket then
     local held = load_state(ticket)
     if held then
       local wait = (held[1] - now) * den + held[2] - tolerance
-      if wait >= 0 then
-        local reply = meter_reply(1, debt, tolerance, per_unit, wait, den, now)
+      if wait + (held[3] or 0) >= 0 then
+        local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
         reply[6], reply[7], reply[8] = held[1], held[2], 1
         return reply
       end
@@ -154,10 +155,10 @@ local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, m
   debt = debt + cost
   store_instant(key, now, debt, den)
   local end_us, end_ticks = instant_after(now, debt, den)
-  if ticket and wait > 0 then
-    -- kept a millisecond past the slot's start, so a caller arriving at the
-    -- start finds it (the check above, not the expiry, decides)
-    store_state(ticket, ceil_div(wait, den) + 1000, end_us, end_ticks)
+  if ticket and wait + grace > 0 then
+    -- kept a millisecond past the grace, so a caller arriving at its end
+    -- finds it (the check above, not the expiry, decides)
+    store_state(ticket, ceil_div(wait + grace, den) + 1000, end_us, end_ticks, grace)
   end
   local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
   reply[6], reply[7], reply[8] = end_us, end_ticks, 0

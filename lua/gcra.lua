@@ -12,7 +12,9 @@
 -- ARGV[5]  den }   fraction in lowest terms
 -- ARGV[6]  reserve: the longest wait to book, in ticks;
 --          cancel: the reservation's end instant, in microseconds
--- ARGV[7]  cancel: the end instant's remainder, in ticks
+-- ARGV[7]  reserve: how long after its slot's start a new ticketed booking
+--          may still be claimed, in ticks; cancel: the end instant's
+--          remainder, in ticks
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
 --          and three more values follow: its end instant (us, ticks) and 1
@@ -32,7 +34,7 @@ local tolerance = burst * T
 local cost = n * T
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6)
+  return reserve(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6, arg7)
 elseif mode == MODE_CANCEL then
   return cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6, arg7)
 end

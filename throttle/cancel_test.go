@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"math/big"
 	"math/rand/v2"
 	"sort"
@@ -123,14 +124,15 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	allowN(t, l, "k", 1) // the burst is spent
-	first, err := l.ReserveFor(ctx, "k", "task-1", 1, time.Minute)
+	ticket := func(id string) throttle.Ticket { return throttle.Ticket{ID: id} }
+	first, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
 	if err != nil || !first.OK || first.Reused || first.Delay != 100*time.Millisecond {
 		t.Fatalf("first booking: %+v, %v", first, err)
 	}
-	other, _ := l.ReserveFor(ctx, "k", "task-2", 1, time.Minute)
+	other, _ := l.ReserveFor(ctx, "k", ticket("task-2"), 1, time.Minute)
 	// task-1 asks again before its slot: the same booking, nothing taken.
 	clock.Advance(40 * time.Millisecond)
-	again, err := l.ReserveFor(ctx, "k", "task-1", 1, time.Minute)
+	again, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
 	if err != nil || !again.OK || !again.Reused || again.Delay != 60*time.Millisecond {
 		t.Fatalf("asking again: %+v, %v; want the standing booking, 60ms away", again, err)
 	}
@@ -140,11 +142,11 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 	// At its slot it is still the ticket's; once the slot has passed, a new
 	// booking is made behind the others.
 	clock.Advance(60 * time.Millisecond)
-	if at, _ := l.ReserveFor(ctx, "k", "task-1", 1, time.Minute); !at.Reused || at.Delay != 0 {
+	if at, _ := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute); !at.Reused || at.Delay != 0 {
 		t.Fatalf("at the slot: %+v; want the standing booking, starting now", at)
 	}
 	clock.Advance(time.Millisecond)
-	late, err := l.ReserveFor(ctx, "k", "task-1", 1, time.Minute)
+	late, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
 	if err != nil || late.Reused || throttle.ServerStart(late) != throttle.ServerStart(other)+100_000 {
 		t.Fatalf("after the slot passed: %+v, %v; want a new booking after task-2's", late, err)
 	}
@@ -158,8 +160,23 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 		}
 	}
 	checkTTLs(t, tg)
-	if _, err := l.ReserveFor(ctx, "k", "", 1, time.Minute); err == nil {
-		t.Fatal("an empty ticket was accepted")
+	if _, err := l.ReserveFor(ctx, "k", ticket(""), 1, time.Minute); !errors.Is(err, throttle.ErrInvalidKey) {
+		t.Fatalf("an empty ticket: %v", err)
+	}
+	if _, err := l.ReserveFor(ctx, "k", throttle.Ticket{ID: "x", Grace: -1}, 1, time.Minute); !errors.Is(err, throttle.ErrInvalidDelay) {
+		t.Fatalf("a negative grace: %v", err)
+	}
+
+	// With a grace, a booking can still be claimed after its slot started.
+	graced := throttle.Ticket{ID: "task-3", Grace: 2 * time.Second}
+	booked, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute)
+	clock.Advance(booked.Delay + 1500*time.Millisecond)
+	if late, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); !late.Reused || late.Delay != 0 {
+		t.Fatalf("1.5s after the slot, within a 2s grace: %+v; want the booking, to run at once", late)
+	}
+	clock.Advance(501 * time.Millisecond)
+	if gone, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); gone.Reused {
+		t.Fatalf("after the grace: %+v; want a new booking", gone)
 	}
 }
 

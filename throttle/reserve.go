@@ -73,20 +73,35 @@ const maxReserveDelay = maxSpan
 // negative maxDelay fails with [ErrInvalidDelay]. When Redis cannot answer,
 // the failure policy decides: [FailOpen] grants a Degraded reservation.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.Duration) (*Reservation, error) {
-	return l.reserve(ctx, key, "", n, maxDelay)
+	return l.reserve(ctx, key, Ticket{}, n, maxDelay)
 }
 
-// ReserveFor is Reserve on behalf of a caller that may ask again later,
-// such as a queued task that will be rescheduled: ticket names the caller
-// (a task ID). While its booking's slot has not started, asking again with
-// the same ticket returns that booking, marked Reused, instead of booking
-// anew: a task that comes back early finds its slot waiting. The ticket is
-// kept in Redis, in the key's Cluster slot, until the slot starts. Only
-// [TokenBucket] and [GCRA] keep tickets; on the other policies the ticket
-// is ignored. An empty ticket fails with [ErrInvalidKey].
-func (l *Limiter) ReserveFor(ctx context.Context, key, ticket string, n int, maxDelay time.Duration) (*Reservation, error) {
-	if ticket == "" {
-		return nil, fmt.Errorf("%w: empty ticket", ErrInvalidKey)
+// Ticket names a caller that books now and comes to claim its booking later,
+// such as a queued task: ID identifies it (a task ID). Grace is how long
+// after its slot has started a new booking may still be claimed, for a
+// caller whose arrival is not exact (asynq delivers tasks in whole seconds);
+// it is kept with the booking, so the Grace of a later, claiming call does
+// not matter. With Grace 0 a booking can be claimed only until its slot
+// starts: a caller arriving later books anew.
+type Ticket struct {
+	ID    string
+	Grace time.Duration
+}
+
+// ReserveFor is Reserve on behalf of a caller that will ask again later,
+// such as a task that is enqueued now to run at its slot. Until the
+// booking's grace after its slot's start, asking again with the same ticket
+// ID returns that booking, marked Reused (with Delay 0 once the slot has
+// started), instead of booking anew: the task finds its slot waiting. The ticket lives in
+// Redis, in the key's Cluster slot, until then. Only [TokenBucket] and
+// [GCRA] keep tickets; the other policies ignore them. An empty ticket ID
+// fails with [ErrInvalidKey], a negative Grace with [ErrInvalidDelay].
+func (l *Limiter) ReserveFor(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+	if ticket.ID == "" {
+		return nil, fmt.Errorf("%w: empty ticket ID", ErrInvalidKey)
+	}
+	if ticket.Grace < 0 {
+		return nil, fmt.Errorf("%w: a ticket's grace must not be negative, got %s", ErrInvalidDelay, ticket.Grace)
 	}
 	return l.reserve(ctx, key, ticket, n, maxDelay)
 }
@@ -95,7 +110,7 @@ func (l *Limiter) ReserveFor(ctx context.Context, key, ticket string, n int, max
 // (TokenBucket and GCRA), rather than only the present.
 func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
 
-func (l *Limiter) reserve(ctx context.Context, key, ticket string, n int, maxDelay time.Duration) (*Reservation, error) {
+func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
 	if err := validRequest(key, n, l.spec.capacity); err != nil {
 		return nil, err
 	}
@@ -104,13 +119,13 @@ func (l *Limiter) reserve(ctx context.Context, key, ticket string, n int, maxDel
 	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
 	case l.spec.reservable:
-		extra = []string{itoa(l.ticks(maxDelay))}
+		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace))}
 	case maxDelay > 0:
 		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
 	default:
-		ticket = ""
+		ticket = Ticket{}
 	}
-	reply, err := l.runTicket(ctx, modeReserve, key, ticket, n, extra...)
+	reply, err := l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
 	if err != nil {
 		if l.failOpen(ctx) {
 			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true}, nil
@@ -119,7 +134,7 @@ func (l *Limiter) reserve(ctx context.Context, key, ticket string, n int, maxDel
 	}
 	received := time.Now()
 	r := resultOf(reply, l.spec.capacity)
-	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket, n: n}
+	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket.ID, n: n}
 	if !res.OK {
 		res.RetryAfter = r.RetryAfter
 		return res, nil

@@ -88,7 +88,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 				p.leases = append(p.leases, lease)
 				p.degraded = p.degraded || lease.Degraded()
 			case r.limiter.CanReserveAhead():
-				res, err := r.limiter.ReserveFor(ctx, key, tk.ticket, 1, r.bookAhead)
+				res, err := t.reserveAhead(ctx, r, key, tk.ticket)
 				if err != nil {
 					return refuse(r, key, unavailableBackoff, err)
 				}
@@ -111,6 +111,15 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 	return p
 }
 
+// reserveAhead books a slot up to the rule's BookAhead, under the task's
+// ticket when it has one.
+func (t *Throttler) reserveAhead(ctx context.Context, r *Rule, key, ticket string) (*throttle.Reservation, error) {
+	if ticket == "" {
+		return r.limiter.Reserve(ctx, key, 1, r.bookAhead)
+	}
+	return r.limiter.ReserveFor(ctx, key, throttle.Ticket{ID: ticket}, 1, r.bookAhead)
+}
+
 func (p *pass) add(b booking) {
 	p.bookings = append(p.bookings, b)
 	p.degraded = p.degraded || b.Degraded
@@ -121,17 +130,17 @@ func (p *pass) add(b booking) {
 }
 
 // deferToLatest turns an admitted pass whose slots start too late to wait
-// for into a refusal by the rule of the latest slot. The task will be back
-// lead before that slot: it keeps the slots that start from then on (they
-// are its place in line) and gives back the rest.
-func (p *pass) deferToLatest(ctx context.Context, lead time.Duration) {
+// for into a refusal by the rule of the latest slot. The task keeps the
+// slots that start keepFrom or later (0: none), which it will be back for
+// (they are its place in line), and gives back the rest.
+func (p *pass) deferToLatest(ctx context.Context, keepFrom time.Duration) {
 	latest := p.bookings[0]
 	for _, b := range p.bookings[1:] {
 		if b.Delay > latest.Delay {
 			latest = b
 		}
 	}
-	p.giveBack(ctx, max(time.Nanosecond, p.delay-lead))
+	p.giveBack(ctx, keepFrom)
 	p.refused = &refusal{rule: latest.rule, key: latest.key, retryAfter: p.delay, kept: true}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 // Headers the Throttler puts on the hand-over copy of a task (see handOver).
@@ -70,7 +71,12 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 	retried, ok1 := asynq.GetRetryCount(ctx)
 	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
 	tk.last = ok1 && ok2 && retried >= maxRetry
-	tk.origin, tk.ticket = tk.id, tk.id
+	tk.origin = tk.id
+	if tk.id != "" {
+		tk.ticket = ticketID(tk.id, retried)
+	}
+	// Outside an asynq server (a handler called directly) a task has no ID
+	// and no ticket: it books afresh each time and keeps nothing.
 	if h := at.Headers(); h != nil {
 		if v := h[headerOrigin]; v != "" {
 			tk.origin = v
@@ -79,11 +85,6 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 			tk.ticket = v
 		}
 		tk.copies, _ = strconv.Atoi(h[headerCopies])
-	}
-	if tk.ticket == "" {
-		// Outside an asynq server (a handler called directly): no
-		// identity to keep bookings under, so every pass books afresh.
-		tk.ticket = "anonymous"
 	}
 	for _, r := range rules {
 		key, err := r.key(at)
@@ -119,7 +120,11 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 				t.observeAdmitted(tk, p, slept+p.delay)
 				return p, nil
 			}
-			p.deferToLatest(ctx, t.lead())
+			keepFrom := max(time.Nanosecond, p.delay-t.lead())
+			if tk.ticket == "" {
+				keepFrom = 0 // nothing to come back for without a ticket
+			}
+			p.deferToLatest(ctx, keepFrom)
 		}
 		r := p.refused
 		if r.err != nil {
@@ -190,7 +195,7 @@ func (t *Throttler) sendBack(ctx context.Context, tk *task, r *refusal) error {
 
 // cancelKept gives back the slots a refused task kept for its return.
 func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
-	if !r.kept {
+	if !r.kept || tk.ticket == "" {
 		return
 	}
 	ctx, cancel := detached(ctx)
@@ -202,7 +207,7 @@ func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
 		// Asked again with its ticket and no room to wait, the limiter
 		// returns the standing booking (or, if there is none, books the
 		// present if it can): either way, cancelling it gives it back.
-		if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], tk.ticket, 1, 0); err == nil && res.OK {
+		if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, 1, 0); err == nil && res.OK {
 			_ = res.Cancel(ctx)
 		}
 	}
@@ -242,4 +247,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ticketID names the bookings of one attempt of a task: a task that ran and
+// failed comes back with one more retry counted, and books afresh, while a
+// throttled task (not a failure) comes back with the same count and finds
+// its bookings.
+func ticketID(taskID string, retried int) string {
+	return taskID + "#" + strconv.Itoa(retried)
 }

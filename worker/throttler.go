@@ -102,7 +102,9 @@ func (t *Throttler) Configure(cfg *asynq.Config) {
 // lead is how long before its slot a rescheduled task is sent back, so that
 // a worker has it by then: a second for the whole-second retry times asynq
 // stores, one pass of its forwarder, and the longest an idle worker sleeps
-// between looks at its queues (1.5 × TaskCheckInterval).
+// between looks at its queues (1.5 × TaskCheckInterval). It is also the
+// spread of asynq's delivery: how late after a given time a task may reach a
+// worker.
 func (t *Throttler) lead() time.Duration {
 	return time.Duration(t.forwarder.Load()) + time.Second + time.Duration(t.poll.Load())*3/2
 }

@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// Book reserves ahead of time the slots a task will need on the TokenBucket
+// and GCRA rules that match it, ticketed by id, the asynq task ID the task
+// must be enqueued with. It returns when the task may start: the latest of
+// its slots, or now if no such rule matches. Enqueued with
+// asynq.TaskID(id) and asynq.ProcessAt(start), the task finds its slots
+// when it reaches a worker (up to a forwarder pass after start, as asynq
+// delivers in whole seconds) and runs on arrival: this is how a batch is
+// paced instead of being throttled task by task. Booking again with the
+// same id before then returns the same slots. Rules of other kinds are
+// checked when the task runs, as usual.
+//
+// maxDelay bounds how far ahead a slot may be booked; a task that would
+// start later books nothing and Book fails with an error wrapping
+// ErrThrottled. Errors of the limiters are returned as they are.
+func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (time.Time, error) {
+	rules := t.matching(at)
+	// Claimable until asynq's delivery spread after the slot: the task is
+	// due at its slot, and asynq may hand it to a worker that much later.
+	ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead()}
+	var booked []booking
+	var delay time.Duration
+	cancelBooked := func() {
+		p := pass{bookings: booked}
+		p.giveBack(ctx, 0)
+	}
+	for _, r := range rules {
+		if r.limiter == nil || !r.limiter.CanReserveAhead() {
+			continue
+		}
+		key, err := r.key(at)
+		if err == nil && key == "" {
+			err = fmt.Errorf("%w: empty key", ErrNoKey)
+		}
+		if err != nil {
+			cancelBooked()
+			return time.Time{}, fmt.Errorf("worker: rule %q: %w", r.name, err)
+		}
+		res, err := r.limiter.ReserveFor(ctx, key, ticket, 1, maxDelay)
+		if err != nil {
+			cancelBooked()
+			return time.Time{}, err
+		}
+		if !res.OK {
+			cancelBooked()
+			return time.Time{}, &ThrottledError{Rule: r.name, Key: key, RetryAfter: res.RetryAfter, until: time.Now().Add(res.RetryAfter)}
+		}
+		booked = append(booked, booking{res, r, key})
+		delay = max(delay, res.Delay)
+	}
+	return time.Now().Add(delay), nil
+}
