@@ -61,7 +61,7 @@ func TestConcurrencyNeverExceedsTheLimit(t *testing.T) {
 				if now > 3 {
 					t.Errorf("%d holders at once, limit 3", now)
 				}
-				time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
+				time.Sleep(time.Duration(5000+rng.IntN(10000)) * time.Microsecond)
 				holders.Add(-1) // before the slot frees, or a newcomer could count twice
 				if err := lease.Release(context.Background()); err != nil {
 					t.Error(err)
