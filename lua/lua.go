@@ -63,6 +63,11 @@ var Concurrency string
 //go:embed throttled_task.lua
 var ThrottledTask string
 
+// TickClaim is the scheduler's claim on one tick of an entry.
+//
+//go:embed tick_claim.lua
+var TickClaim string
+
 // Source returns the full text of a script as Redis runs it: [Common]
 // followed by the algorithm's own file.
 func Source(algorithm string) string {

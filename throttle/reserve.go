@@ -25,6 +25,11 @@ type Reservation struct {
 	// allows. Zero when not OK.
 	StartAt time.Time
 
+	// Slot is the same instant on the Redis server's clock, exact to the
+	// microsecond: compare Slots with each other, not with this process's
+	// clock. Zero when not OK or Degraded.
+	Slot time.Time
+
 	// RetryAfter is 0 when OK; otherwise how far the needed delay exceeds
 	// the longest delay the caller accepted.
 	RetryAfter time.Duration
@@ -146,6 +151,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 	res.undo = [2]int64{reply[5], reply[6]}
 	res.Reused = len(reply) > 7 && reply[7] == 1
 	res.serverTime, res.serverStart = r.serverTime, r.serverTime+reply[2]
+	res.Slot = time.UnixMicro(res.serverStart)
 	return res, nil
 }
 

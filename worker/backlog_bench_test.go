@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -74,13 +75,13 @@ func runBacklog(b *testing.B, policy throttle.Policy, rate float64, forwarder ti
 	if err != nil {
 		b.Fatal(err)
 	}
-	var seen events
+	var seen asynqtest.Events
 	th, err := worker.New(limiterClient, []worker.Rule{worker.Rate("backlog", worker.AnyTask(), limiter)},
 		worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
 	if err != nil {
 		b.Fatal(err)
 	}
-	var log runLog
+	var log asynqtest.RunLog
 	queue := "bench-" + tg.Prefix[len(tg.Prefix)-9:len(tg.Prefix)-1]
 	client := asynq.NewClientFromRedisClient(tg.NewClient(b))
 	inspector := asynq.NewInspectorFromRedisClient(tg.NewClient(b))
@@ -98,25 +99,25 @@ func runBacklog(b *testing.B, policy throttle.Policy, rate float64, forwarder ti
 		th.Configure(&cfg)
 		srv := asynq.NewServerFromRedisClient(tg.NewClient(b), cfg)
 		b.Cleanup(srv.Shutdown)
-		if err := srv.Start(th.Middleware(log.handler(0))); err != nil {
+		if err := srv.Start(th.Middleware(log.Handler(0))); err != nil {
 			b.Fatal(err)
 		}
 	}
 	deadline := time.Now().Add(5 * time.Minute)
-	for log.count() < tasks {
+	for log.Count() < tasks {
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d tasks after 5 minutes", log.count(), tasks)
+			b.Fatalf("%d of %d tasks after 5 minutes", log.Count(), tasks)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	b.StopTimer()
-	runs := log.snapshot()
-	took := runs[len(runs)-1].at.Sub(runs[0].at)
+	runs := log.Snapshot()
+	took := runs[len(runs)-1].At.Sub(runs[0].At)
 	achieved := float64(tasks-1) / took.Seconds()
 	b.ReportMetric(achieved, "tasks/s")
 	b.ReportMetric(100*achieved/rate, "%policy")
-	b.ReportMetric(float64(mostInAnyWindow(runs, time.Second)), "max/1s")
+	b.ReportMetric(float64(asynqtest.MostInAnyWindow(runs, time.Second)), "max/1s")
 	b.ReportMetric(float64(counter.n.Load())/tasks, "rt/task")
-	b.ReportMetric(float64(seen.count(worker.Rescheduled))/tasks, "resched/task")
-	b.ReportMetric(float64(seen.count(worker.WaitedInline))/tasks, "inline/task")
+	b.ReportMetric(float64(seen.Count(worker.Rescheduled))/tasks, "resched/task")
+	b.ReportMetric(float64(seen.Count(worker.WaitedInline))/tasks, "inline/task")
 }

@@ -9,11 +9,22 @@ import (
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
+// Booking is when a booked task may start.
+type Booking struct {
+	// StartAt is the latest of the task's slots on this process's clock
+	// (now, for a task no booking rule matches): its ProcessAt.
+	StartAt time.Time
+	// Slot is that instant on the Redis server's clock, exact: the slots of
+	// tasks booked one after another on one rule are exactly one emission
+	// interval apart. Zero for a task no booking rule matches.
+	Slot time.Time
+}
+
 // Book reserves ahead of time the slots a task will need on the TokenBucket
 // and GCRA rules that match it, ticketed by id, the asynq task ID the task
 // must be enqueued with. It returns when the task may start: the latest of
-// its slots, or now if no such rule matches. Enqueued with
-// asynq.TaskID(id) and asynq.ProcessAt(start), the task finds its slots
+// its slots. Enqueued with asynq.TaskID(id) and asynq.ProcessAt(StartAt),
+// the task finds its slots
 // when it reaches a worker (up to a forwarder pass after start, as asynq
 // delivers in whole seconds) and runs on arrival: this is how a batch is
 // paced instead of being throttled task by task. Booking again with the
@@ -23,13 +34,13 @@ import (
 // maxDelay bounds how far ahead a slot may be booked; a task that would
 // start later books nothing and Book fails with an error wrapping
 // ErrThrottled. Errors of the limiters are returned as they are.
-func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (time.Time, error) {
+func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (Booking, error) {
 	rules := t.matching(at)
 	// Claimable until asynq's delivery spread after the slot: the task is
 	// due at its slot, and asynq may hand it to a worker that much later.
 	ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead()}
 	var booked []booking
-	var delay time.Duration
+	var latest *booking
 	cancelBooked := func() {
 		p := pass{bookings: booked}
 		p.giveBack(ctx, 0)
@@ -44,19 +55,24 @@ func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDela
 		}
 		if err != nil {
 			cancelBooked()
-			return time.Time{}, fmt.Errorf("worker: rule %q: %w", r.name, err)
+			return Booking{}, fmt.Errorf("worker: rule %q: %w", r.name, err)
 		}
 		res, err := r.limiter.ReserveFor(ctx, key, ticket, 1, maxDelay)
 		if err != nil {
 			cancelBooked()
-			return time.Time{}, err
+			return Booking{}, err
 		}
 		if !res.OK {
 			cancelBooked()
-			return time.Time{}, &ThrottledError{Rule: r.name, Key: key, RetryAfter: res.RetryAfter, until: time.Now().Add(res.RetryAfter)}
+			return Booking{}, &ThrottledError{Rule: r.name, Key: key, RetryAfter: res.RetryAfter, until: time.Now().Add(res.RetryAfter)}
 		}
 		booked = append(booked, booking{res, r, key})
-		delay = max(delay, res.Delay)
+		if latest == nil || res.Delay > latest.Delay {
+			latest = &booked[len(booked)-1]
+		}
 	}
-	return time.Now().Add(delay), nil
+	if latest == nil {
+		return Booking{StartAt: time.Now()}, nil
+	}
+	return Booking{StartAt: latest.StartAt, Slot: latest.Slot}, nil
 }

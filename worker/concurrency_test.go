@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -42,23 +43,23 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var running, most atomic.Int32
-	var log runLog
+	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		now := running.Add(1)
 		defer running.Add(-1)
 		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
 		}
-		log.add(worker.OriginalTaskID(ctx, task), "")
+		log.Add(worker.OriginalTaskID(ctx, task), "")
 		time.Sleep(time.Duration(30+rand.IntN(50)) * time.Millisecond)
 		return nil
 	})
-	f := newFleet(t, tg, 2, 10, th, handler)
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, handler)
 	var ids []string
 	for i := range 40 {
-		ids = append(ids, f.enqueue(t, "export", map[string]int{"n": i}))
+		ids = append(ids, f.Enqueue(t, "export", map[string]int{"n": i}))
 	}
-	info := f.waitDone(t, &log, 40, 60*time.Second)
-	checkOnce(t, log.snapshot(), ids)
+	info := f.WaitDone(t, &log, 40, 60*time.Second)
+	asynqtest.CheckOnce(t, log.Snapshot(), ids)
 	if most.Load() != 3 {
 		t.Fatalf("at most %d tasks ran at once; want the cap of 3 reached and never passed", most.Load())
 	}
@@ -84,18 +85,18 @@ func TestKilledServerFreesItsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 0, 0, th, nil)
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 0, 0, th, nil)
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "JT_CHILD_QUEUE="+f.queue, "JT_CHILD_PREFIX="+tg.Prefix,
+	child.Env = append(os.Environ(), "JT_CHILD_QUEUE="+f.Queue, "JT_CHILD_PREFIX="+tg.Prefix,
 		"JT_CHILD_LEASE="+policy.Lease.String(), "JT_CHILD_REDIS="+childRedis(tg))
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	f.enqueue(t, "block", nil)
+	f.Enqueue(t, "block", nil)
 	deadline := time.Now().Add(20 * time.Second)
 	for tg.Client.Exists(context.Background(), tg.Prefix+"child-running").Val() == 0 {
 		if time.Now().After(deadline) {
@@ -129,22 +130,22 @@ func TestKilledServerFreesItsSlot(t *testing.T) {
 		t.Fatalf("slot freed %s after the kill; the lease bounds it at %s", freed, bound)
 	}
 	// Another server's task now gets the slot.
-	f.addServer(t, 2, th, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+	f.AddServer(t, 2, th, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		if task.Type() == "probe" {
-			log.add(worker.OriginalTaskID(ctx, task), "")
+			log.Add(worker.OriginalTaskID(ctx, task), "")
 		}
 		return nil
 	}))
-	probe := f.enqueue(t, "probe", nil)
+	probe := f.Enqueue(t, "probe", nil)
 	deadline = time.Now().Add(20 * time.Second)
-	for log.count() == 0 {
+	for log.Count() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("a task of another server never got the freed slot")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if runs := log.snapshot(); runs[0].id != probe {
-		t.Fatalf("ran %s, want the probe %s", runs[0].id, probe)
+	if runs := log.Snapshot(); runs[0].ID != probe {
+		t.Fatalf("ran %s, want the probe %s", runs[0].ID, probe)
 	}
 	t.Logf("slot freed %s after SIGKILL (lease %s)", freed, policy.Lease)
 }

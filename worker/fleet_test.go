@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -21,32 +22,32 @@ func TestFleetHoldsTheRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen events
+	var seen asynqtest.Events
 	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("email", worker.Type("email:send"), limiter)},
 		worker.WithObserver(&seen), worker.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 2, 10, th, log.handler(5*time.Millisecond))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
 	var ids []string
 	for i := range 300 {
-		ids = append(ids, f.enqueue(t, "email:send", map[string]int{"n": i}))
+		ids = append(ids, f.Enqueue(t, "email:send", map[string]int{"n": i}))
 	}
-	info := f.waitDone(t, &log, 300, 60*time.Second)
-	runs := log.snapshot()
-	checkOnce(t, runs, ids)
+	info := f.WaitDone(t, &log, 300, 60*time.Second)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
 	if info.Archived != 0 || info.Failed != 0 {
 		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
 	}
-	if most := mostInAnyWindow(runs, time.Second); most > 21 {
+	if most := asynqtest.MostInAnyWindow(runs, time.Second); most > 21 {
 		t.Errorf("%d tasks started within one second; the policy allows 21 (20/s and a burst of 1)", most)
 	}
-	took := runs[len(runs)-1].at.Sub(runs[0].at)
+	took := runs[len(runs)-1].At.Sub(runs[0].At)
 	if ideal := 299 * 50 * time.Millisecond; took < ideal-50*time.Millisecond || took > ideal*115/100 {
 		t.Errorf("300 tasks took %s; ideal %s, allowed up to 15%% more", took, ideal)
 	}
-	t.Logf("300 tasks in %s, at most %d in any second; events: %v", took, mostInAnyWindow(runs, time.Second), seen.byKind)
+	t.Logf("300 tasks in %s, at most %d in any second; events: %v", took, asynqtest.MostInAnyWindow(runs, time.Second), seen.ByKind())
 }
 
 // TestTenantsAreHeldApart: three tenants' tasks interleaved under 5/s per
@@ -64,39 +65,39 @@ func TestTenantsAreHeldApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 2, 10, th, log.handler(5*time.Millisecond))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
 	var ids []string
 	for i := range 40 {
-		ids = append(ids, f.enqueue(t, "partner:sync", map[string]string{"tenant": "big"}))
+		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]string{"tenant": "big"}))
 		if i%4 == 0 {
-			ids = append(ids, f.enqueue(t, "partner:sync", map[string]string{"tenant": "small-1"}))
-			ids = append(ids, f.enqueue(t, "partner:sync", map[string]string{"tenant": "small-2"}))
+			ids = append(ids, f.Enqueue(t, "partner:sync", map[string]string{"tenant": "small-1"}))
+			ids = append(ids, f.Enqueue(t, "partner:sync", map[string]string{"tenant": "small-2"}))
 		}
 	}
-	f.waitDone(t, &log, len(ids), 60*time.Second)
-	runs := log.snapshot()
-	checkOnce(t, runs, ids)
-	byTenant := map[string][]run{}
+	f.WaitDone(t, &log, len(ids), 60*time.Second)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
+	byTenant := map[string][]asynqtest.Run{}
 	for _, r := range runs {
-		byTenant[r.key] = append(byTenant[r.key], r)
+		byTenant[r.Key] = append(byTenant[r.Key], r)
 	}
 	for tenant, rs := range byTenant {
-		if most := mostInAnyWindow(rs, time.Second); most > 6 {
+		if most := asynqtest.MostInAnyWindow(rs, time.Second); most > 6 {
 			t.Errorf("tenant %s: %d tasks within one second; its limit allows 6 (5/s and a burst of 1)", tenant, most)
 		}
 	}
-	start := runs[0].at
+	start := runs[0].At
 	for _, small := range []string{"small-1", "small-2"} {
 		rs := byTenant[small]
 		// 10 tasks at 5/s: 1.8 s, were the tenant alone.
-		if took := rs[len(rs)-1].at.Sub(start); took > 4*time.Second {
+		if took := rs[len(rs)-1].At.Sub(start); took > 4*time.Second {
 			t.Errorf("tenant %s finished %s after the start: held back by the big tenant", small, took)
 		}
 	}
 	big := byTenant["big"]
-	t.Logf("big tenant: 40 tasks in %s; small ones done after %s and %s", big[len(big)-1].at.Sub(start),
-		byTenant["small-1"][9].at.Sub(start), byTenant["small-2"][9].at.Sub(start))
+	t.Logf("big tenant: 40 tasks in %s; small ones done after %s and %s", big[len(big)-1].At.Sub(start),
+		byTenant["small-1"][9].At.Sub(start), byTenant["small-2"][9].At.Sub(start))
 }
 
 // TestTasksWithoutRetriesAreNeverArchived: tasks enqueued with MaxRetry(0)
@@ -111,14 +112,14 @@ func TestTasksWithoutRetriesAreNeverArchived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 2, 10, th, log.handler(0))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(0))
 	var ids []string
 	for i := range 30 {
-		ids = append(ids, f.enqueue(t, "report", map[string]int{"n": i}, asynq.MaxRetry(0)))
+		ids = append(ids, f.Enqueue(t, "report", map[string]int{"n": i}, asynq.MaxRetry(0)))
 	}
-	info := f.waitDone(t, &log, 30, 60*time.Second)
-	checkOnce(t, log.snapshot(), ids)
+	info := f.WaitDone(t, &log, 30, 60*time.Second)
+	asynqtest.CheckOnce(t, log.Snapshot(), ids)
 	if info.Archived != 0 || info.Failed != 0 {
 		t.Fatalf("%d archived, %d failed; want none", info.Archived, info.Failed)
 	}
@@ -133,30 +134,30 @@ func TestTasksWithoutRetriesAreHandedOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen events
+	var seen asynqtest.Events
 	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("slow", worker.AnyTask(), limiter)},
 		worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 1, 5, th, log.handler(0))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 5, th, log.Handler(0))
 	var ids []string
 	for i := range 3 {
 		// 2 s per attempt: the second task's turn (3 s) and the third's (6 s)
 		// are past the deadline.
-		ids = append(ids, f.enqueue(t, "export", map[string]int{"n": i}, asynq.MaxRetry(0), asynq.Timeout(2*time.Second)))
+		ids = append(ids, f.Enqueue(t, "export", map[string]int{"n": i}, asynq.MaxRetry(0), asynq.Timeout(2*time.Second)))
 	}
-	info := f.waitDone(t, &log, 3, 30*time.Second)
-	runs := log.snapshot()
-	checkOnce(t, runs, ids)
+	info := f.WaitDone(t, &log, 3, 30*time.Second)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
 	if info.Archived != 0 || info.Failed != 0 {
 		t.Fatalf("%d archived, %d failed; want none", info.Archived, info.Failed)
 	}
-	if gap := runs[2].at.Sub(runs[0].at); gap < 6*time.Second-100*time.Millisecond {
+	if gap := runs[2].At.Sub(runs[0].At); gap < 6*time.Second-100*time.Millisecond {
 		t.Fatalf("three tasks at 1 per 3s ran within %s", gap)
 	}
-	if seen.count(worker.Rescheduled) < 2 {
-		t.Fatalf("events %v: want the two late tasks handed over", seen.byKind)
+	if seen.Count(worker.Rescheduled) < 2 {
+		t.Fatalf("events %v: want the two late tasks handed over", seen.ByKind())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -15,15 +16,15 @@ import (
 // bringBack moves a task waiting in the retry set back to pending at once,
 // as if its time had come, and waits until it has been through the gate
 // again (it is back in the retry set, or gone from it).
-func bringBack(t *testing.T, f *fleet, id string) *asynq.TaskInfo {
+func bringBack(t *testing.T, f *asynqtest.Fleet, id string) *asynq.TaskInfo {
 	t.Helper()
 	waitState(t, f, id, asynq.TaskStateRetry)
-	if err := f.inspector.RunTask(f.queue, id); err != nil {
+	if err := f.Inspector.RunTask(f.Queue, id); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := f.inspector.GetTaskInfo(f.queue, id)
+		info, err := f.Inspector.GetTaskInfo(f.Queue, id)
 		if err == nil && info.State != asynq.TaskStatePending && info.State != asynq.TaskStateActive {
 			return info
 		}
@@ -34,11 +35,11 @@ func bringBack(t *testing.T, f *fleet, id string) *asynq.TaskInfo {
 	}
 }
 
-func waitState(t *testing.T, f *fleet, id string, want asynq.TaskState) *asynq.TaskInfo {
+func waitState(t *testing.T, f *asynqtest.Fleet, id string, want asynq.TaskState) *asynq.TaskInfo {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := f.inspector.GetTaskInfo(f.queue, id)
+		info, err := f.Inspector.GetTaskInfo(f.Queue, id)
 		if err == nil && info.State == want {
 			return info
 		}
@@ -61,11 +62,11 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 1, 2, th, log.handler(0))
-	f.enqueue(t, "sync", nil)
-	f.waitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
-	throttled := f.enqueue(t, "sync", nil, asynq.MaxRetry(1))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
+	f.Enqueue(t, "sync", nil)
+	f.WaitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
+	throttled := f.Enqueue(t, "sync", nil, asynq.MaxRetry(1))
 	for range 4 {
 		info := bringBack(t, f, throttled)
 		if info.State != asynq.TaskStateRetry || info.Retried != 0 || !strings.Contains(info.LastErr, "throttled by rule \"hourly\"") {
@@ -75,7 +76,7 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 			t.Fatalf("rescheduled to return in %s; the hourly window is far off", wait)
 		}
 	}
-	q, err := f.inspector.GetQueueInfo(f.queue)
+	q, err := f.Inspector.GetQueueInfo(f.Queue)
 	if err != nil || q.Failed != 0 || q.Archived != 0 {
 		t.Fatalf("queue %+v, %v: throttling counted as failure", q, err)
 	}
@@ -83,10 +84,10 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 	if err := limiter.Reset(context.Background(), "sync"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.inspector.RunTask(f.queue, throttled); err != nil {
+	if err := f.Inspector.RunTask(f.Queue, throttled); err != nil {
 		t.Fatal(err)
 	}
-	f.waitDone(t, &log, 2, 10*time.Second)
+	f.WaitDone(t, &log, 2, 10*time.Second)
 }
 
 // TestGiveUpArchivesWithAClearError: a rule that may send a task back twice
@@ -97,18 +98,18 @@ func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen events
+	var seen asynqtest.Events
 	th, err := worker.New(tg.Client, []worker.Rule{
 		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2})),
 	}, worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log runLog
-	f := newFleet(t, tg, 1, 2, th, log.handler(0))
-	f.enqueue(t, "sync", nil)
-	f.waitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
-	doomed := f.enqueue(t, "sync", nil)
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
+	f.Enqueue(t, "sync", nil)
+	f.WaitDone(t, &log, 1, 10*time.Second) // it takes the hour's only unit
+	doomed := f.Enqueue(t, "sync", nil)
 	bringBack(t, f, doomed)         // second throttle
 	info := bringBack(t, f, doomed) // third: gives up
 	if info.State != asynq.TaskStateArchived {
@@ -118,10 +119,10 @@ func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	if !strings.HasPrefix(info.LastErr, want) {
 		t.Fatalf("archived with %q, want it to start %q", info.LastErr, want)
 	}
-	if seen.count(worker.GaveUp) != 1 || seen.count(worker.Rescheduled) != 2 {
-		t.Fatalf("events %v: want 2 rescheduled and 1 gave up", seen.byKind)
+	if seen.Count(worker.GaveUp) != 1 || seen.Count(worker.Rescheduled) != 2 {
+		t.Fatalf("events %v: want 2 rescheduled and 1 gave up", seen.ByKind())
 	}
-	if log.count() != 1 {
-		t.Fatalf("%d runs, want only the first task's", log.count())
+	if log.Count() != 1 {
+		t.Fatalf("%d runs, want only the first task's", log.Count())
 	}
 }

@@ -84,20 +84,34 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 //   - IsFailure: a throttled task is not a failure, so it neither counts in
 //     asynq's failed statistics nor uses up one of its retries; any other
 //     error goes to the function cfg had, or asynq's default.
-//   - DelayedTaskCheckInterval: 1s when unset (asynq's default is 5s), so
-//     rescheduled tasks return close to their time. A value already set is
-//     kept, and the Throttler plans returns around it.
+//   - DelayedTaskCheckInterval: 250ms when unset (asynq's default is 5s),
+//     and TaskCheckInterval: 100ms when unset (asynq's default is 1s), so
+//     that rescheduled and paced tasks reach a worker close to their time
+//     rather than up to 6.5 s after it. This costs an idle server about 14
+//     light Redis calls a second instead of 1.2.
+//
+// Values already set are kept, and the Throttler plans returns around them.
+// Call Configure in every process that books or reschedules tasks, workers
+// and schedulers alike, with the workers' settings.
 func (t *Throttler) Configure(cfg *asynq.Config) {
 	cfg.RetryDelayFunc = RetryDelayFunc(cfg.RetryDelayFunc)
 	cfg.IsFailure = IsFailureFunc(cfg.IsFailure)
 	if cfg.DelayedTaskCheckInterval <= 0 {
-		cfg.DelayedTaskCheckInterval = time.Second
+		cfg.DelayedTaskCheckInterval = DefaultForwarderInterval
+	}
+	if cfg.TaskCheckInterval <= 0 {
+		cfg.TaskCheckInterval = DefaultPollInterval
 	}
 	t.forwarder.Store(int64(cfg.DelayedTaskCheckInterval))
-	if cfg.TaskCheckInterval > 0 {
-		t.poll.Store(int64(cfg.TaskCheckInterval))
-	}
+	t.poll.Store(int64(cfg.TaskCheckInterval))
 }
+
+// What Configure sets asynq's DelayedTaskCheckInterval and TaskCheckInterval
+// to when they are unset.
+const (
+	DefaultForwarderInterval = 250 * time.Millisecond
+	DefaultPollInterval      = 100 * time.Millisecond
+)
 
 // lead is how long before its slot a rescheduled task is sent back, so that
 // a worker has it by then: a second for the whole-second retry times asynq

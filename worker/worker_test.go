@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -60,8 +61,8 @@ func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 		IsFailure:      func(err error) bool { return !errors.Is(err, userErr) },
 	}
 	th.Configure(&cfg)
-	if cfg.DelayedTaskCheckInterval != time.Second {
-		t.Errorf("DelayedTaskCheckInterval %s, want 1s", cfg.DelayedTaskCheckInterval)
+	if cfg.DelayedTaskCheckInterval != worker.DefaultForwarderInterval || cfg.TaskCheckInterval != worker.DefaultPollInterval {
+		t.Errorf("DelayedTaskCheckInterval %s, TaskCheckInterval %s; want the defaults", cfg.DelayedTaskCheckInterval, cfg.TaskCheckInterval)
 	}
 	task := asynq.NewTask("x", nil)
 	if d := cfg.RetryDelayFunc(3, errors.New("boom"), task); d != 42*time.Second {
@@ -70,9 +71,9 @@ func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 	if cfg.IsFailure(userErr) || !cfg.IsFailure(errors.New("boom")) {
 		t.Error("IsFailure does not defer to the user's function")
 	}
-	kept := asynq.Config{DelayedTaskCheckInterval: 3 * time.Second}
+	kept := asynq.Config{DelayedTaskCheckInterval: 3 * time.Second, TaskCheckInterval: 2 * time.Second}
 	th.Configure(&kept)
-	if kept.DelayedTaskCheckInterval != 3*time.Second || kept.IsFailure(errors.New("x")) != true {
+	if kept.DelayedTaskCheckInterval != 3*time.Second || kept.TaskCheckInterval != 2*time.Second || kept.IsFailure(errors.New("x")) != true {
 		t.Errorf("Configure changed a set interval or lost the default IsFailure: %+v", kept)
 	}
 	if d := kept.RetryDelayFunc(0, errors.New("x"), task); d < 15*time.Second {
@@ -89,7 +90,7 @@ func TestARejectionGivesBackWhatOtherRulesTook(t *testing.T) {
 	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 5, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
 	meter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 	conc, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
-	var seen events
+	var seen asynqtest.Events
 	th, err := worker.New(tg.Client, []worker.Rule{
 		worker.Rate("window", worker.AnyTask(), window, worker.KeyBy(worker.Constant("w"))),
 		worker.Rate("meter", worker.AnyTask(), meter, worker.KeyBy(worker.Constant("m")), worker.BookAhead(time.Minute)),
@@ -117,8 +118,8 @@ func TestARejectionGivesBackWhatOtherRulesTook(t *testing.T) {
 	if r, _ := conc.Peek(ctx, "c"); r.Remaining != 1 {
 		t.Errorf("the refused task kept its lease: %+v", r)
 	}
-	if seen.count(worker.Rescheduled) != 1 {
-		t.Errorf("events %v", seen.byKind)
+	if seen.Count(worker.Rescheduled) != 1 {
+		t.Errorf("events %v", seen.ByKind())
 	}
 }
 

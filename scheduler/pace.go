@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+// Planned is one task of a paced batch.
+type Planned struct {
+	// ID is the task's asynq ID: the batch ID, ":" and the task's index.
+	ID string
+	// StartAt is when the task's slots on its throttles start: it is
+	// enqueued to be processed then.
+	StartAt time.Time
+	// Enqueued is false for a task that was already in asynq, enqueued by
+	// an earlier run of the same batch.
+	Enqueued bool
+}
+
+// DefaultBookAhead is how far ahead a batch may book slots unless
+// [BookAhead] says otherwise.
+const DefaultBookAhead = 24 * time.Hour
+
+// BatchOption configures how a batch is enqueued, by [Pace] or by an entry.
+type BatchOption interface {
+	apply(*batchConfig) error
+}
+
+type batchOptionFunc func(*batchConfig) error
+
+func (f batchOptionFunc) apply(c *batchConfig) error { return f(c) }
+
+type batchConfig struct {
+	throttler *worker.Throttler
+	bookAhead time.Duration
+	taskOpts  []asynq.Option
+}
+
+// batchClock turns the Redis clock of a batch's slots into this process's:
+// the offset is taken once, from the batch's first booking, so that the
+// tasks' start times keep the exact spacing of their slots.
+type batchClock struct {
+	offset time.Duration
+	set    bool
+}
+
+func (c *batchClock) local(b worker.Booking) time.Time {
+	if b.Slot.IsZero() {
+		return b.StartAt
+	}
+	if !c.set {
+		c.offset, c.set = b.StartAt.Sub(b.Slot), true
+	}
+	return b.Slot.Add(c.offset)
+}
+
+func newBatchConfig(opts []BatchOption) (batchConfig, error) {
+	c := batchConfig{bookAhead: DefaultBookAhead}
+	for _, opt := range opts {
+		if opt == nil {
+			return c, fmt.Errorf("%w: nil option", ErrInvalidEntry)
+		}
+		if err := opt.apply(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// PacedBy paces an entry's batches on th: each task books its slots on the
+// rules of th that match it, and is enqueued to be processed at them.
+// Default: not paced, every task enqueued to run at once.
+func PacedBy(th *worker.Throttler) BatchOption {
+	return batchOptionFunc(func(c *batchConfig) error {
+		if th == nil {
+			return fmt.Errorf("%w: nil throttler", ErrInvalidEntry)
+		}
+		c.throttler = th
+		return nil
+	})
+}
+
+// BookAhead bounds how far ahead a paced batch books. A task whose slot
+// would start later stops the batch with an error; the tasks before it stay
+// enqueued. Default: [DefaultBookAhead].
+func BookAhead(d time.Duration) BatchOption {
+	return batchOptionFunc(func(c *batchConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: BookAhead must be positive, got %s", ErrInvalidEntry, d)
+		}
+		c.bookAhead = d
+		return nil
+	})
+}
+
+// TaskOptions adds asynq options to every task of the batch, such as
+// asynq.Queue or asynq.MaxRetry. TaskID and ProcessAt are set by the
+// scheduler and override any given here.
+func TaskOptions(opts ...asynq.Option) BatchOption {
+	return batchOptionFunc(func(c *batchConfig) error {
+		c.taskOpts = append(c.taskOpts, opts...)
+		return nil
+	})
+}
+
+// Pace enqueues a batch of tasks so that it flows out at the rate of the
+// throttles the workers check, instead of arriving at once to be throttled
+// task by task. Each task gets the asynq ID batchID + ":" + its index, books
+// its slots on the TokenBucket and GCRA rules of th that match it (see
+// worker.Throttler.Book) and is enqueued with ProcessAt at its slot: when it
+// reaches a worker running th's middleware it finds its slots and runs on
+// arrival.
+//
+// Pace is safe to run again with the same batchID and tasks, say after a
+// crash: a task already enqueued keeps its slots and is not enqueued twice.
+// It stops at the first error (a booking beyond BookAhead, Redis, asynq)
+// and returns the tasks done so far with it.
+func Pace(ctx context.Context, client *asynq.Client, th *worker.Throttler, batchID string, tasks []*asynq.Task, opts ...BatchOption) ([]Planned, error) {
+	if th == nil || client == nil {
+		return nil, fmt.Errorf("%w: Pace needs an asynq client and a throttler", ErrInvalidEntry)
+	}
+	cfg, err := newBatchConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.throttler = th
+	out := make([]Planned, 0, len(tasks))
+	var clock batchClock
+	for i, task := range tasks {
+		p, err := cfg.enqueue(ctx, client, &clock, batchID, i, task)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// enqueue books (when paced) and enqueues the index-th task of a batch.
+func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *batchClock, batchID string, index int, task *asynq.Task) (Planned, error) {
+	if task == nil {
+		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d is nil", batchID, index)
+	}
+	p := Planned{ID: fmt.Sprintf("%s:%d", batchID, index), StartAt: time.Now()}
+	opts := append(append([]asynq.Option(nil), c.taskOpts...), asynq.TaskID(p.ID))
+	if c.throttler != nil {
+		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead)
+		if err != nil {
+			return p, fmt.Errorf("scheduler: batch %s: booking task %d: %w", batchID, index, err)
+		}
+		p.StartAt = clock.local(booking)
+		opts = append(opts, asynq.ProcessAt(p.StartAt))
+	}
+	_, err := client.EnqueueContext(ctx, task, opts...)
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		return p, nil
+	case err != nil:
+		return p, fmt.Errorf("scheduler: batch %s: enqueueing task %d: %w", batchID, index, err)
+	}
+	p.Enqueued = true
+	return p, nil
+}

@@ -1,0 +1,146 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/scheduler"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+// pacingThrottler returns a throttler with one GCRA rule of rate per
+// second, burst 1, on "sync" tasks.
+func pacingThrottler(t *testing.T, tg *redistest.Target, rate int, events worker.Observer) *worker.Throttler {
+	t.Helper()
+	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []worker.Option{worker.WithPrefix(tg.Prefix)}
+	if events != nil {
+		opts = append(opts, worker.WithObserver(events))
+	}
+	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("partner", worker.Type("sync"), limiter)}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler plans around the workers' asynq settings.
+	var cfg asynq.Config
+	th.Configure(&cfg)
+	return th
+}
+
+// TestPaceSpreadsABatch: 500 tasks paced at 100/s are planned over 5 s, one
+// slot each 10 ms, none earlier than the policy allows; workers with the
+// same rule then run them with at most 1% throttled on arrival.
+func TestPaceSpreadsABatch(t *testing.T) {
+	tg := redistest.New(t)
+	var seen asynqtest.Events
+	th := pacingThrottler(t, tg, 100, &seen)
+	var log asynqtest.RunLog
+	// Workers with the same rule are running when the batch is paced.
+	f := asynqtest.NewFleet(t, tg, 2, 30, th, log.Handler(0))
+	tasks := make([]*asynq.Task, 500)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("sync", []byte(fmt.Sprintf(`{"customer":%d}`, i)))
+	}
+	before := time.Now()
+	planned, err := scheduler.Pace(context.Background(), f.Client, th, "nightly", tasks, scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(planned) != 500 {
+		t.Fatalf("%d tasks planned, want 500", len(planned))
+	}
+	// One slot every 10 ms: none earlier than the policy allows, and so no
+	// one-second window with more than 100 (+1 for the burst).
+	for i := 1; i < len(planned); i++ {
+		if gap := planned[i].StartAt.Sub(planned[i-1].StartAt); gap < 10*time.Millisecond {
+			t.Fatalf("tasks %d and %d planned %s apart; the policy allows one per 10 ms", i-1, i, gap)
+		}
+	}
+	span := planned[499].StartAt.Sub(planned[0].StartAt)
+	if span < 4990*time.Millisecond-50*time.Millisecond || span > 5500*time.Millisecond {
+		t.Fatalf("500 tasks at 100/s planned over %s, want about 5 s", span)
+	}
+	if planned[0].StartAt.Before(before) || planned[0].ID != "nightly:0" || !planned[0].Enqueued {
+		t.Fatalf("first task planned %+v", planned[0])
+	}
+	// asynq keeps ProcessAt in whole seconds: at most 100 (+1) per second.
+	perSecond := map[int64]int{}
+	for _, info := range tasksIn(t, f.Inspector, f.Queue) {
+		perSecond[info.NextProcessAt.Unix()]++
+	}
+	for sec, n := range perSecond {
+		if n > 101 {
+			t.Errorf("%d tasks due in the second %d", n, sec)
+		}
+	}
+
+	// The workers process them, admitted on arrival.
+	var ids []string
+	for _, p := range planned {
+		ids = append(ids, p.ID)
+	}
+	info := f.WaitDone(t, &log, 500, 60*time.Second)
+	asynqtest.CheckOnce(t, log.Snapshot(), ids)
+	if info.Archived != 0 || info.Failed != 0 {
+		t.Fatalf("%d archived, %d failed", info.Archived, info.Failed)
+	}
+	if throttled := seen.Count(worker.Rescheduled); throttled > 5 {
+		t.Fatalf("%d of 500 paced tasks were throttled on arrival; want at most 1%%; events %v", throttled, seen.ByKind())
+	}
+	runs := log.Snapshot()
+	t.Logf("events %v; ran over %s, at most %d in any second", seen.ByKind(),
+		runs[len(runs)-1].At.Sub(runs[0].At), asynqtest.MostInAnyWindow(runs, time.Second))
+}
+
+// TestPaceAgainTakesNothingTwice: running the same batch again, after a
+// crash say, neither enqueues a task twice nor books its slots again.
+func TestPaceAgainTakesNothingTwice(t *testing.T) {
+	tg := redistest.New(t)
+	th := pacingThrottler(t, tg, 10, nil)
+	f := asynqtest.NewFleet(t, tg, 0, 0, th, nil)
+	tasks := []*asynq.Task{asynq.NewTask("sync", []byte("a")), asynq.NewTask("sync", []byte("b")), asynq.NewTask("sync", []byte("c"))}
+	first, err := scheduler.Pace(context.Background(), f.Client, th, "b1", tasks[:2], scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := scheduler.Pace(context.Background(), f.Client, th, "b1", tasks, scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		if again[i].Enqueued || again[i].StartAt.Sub(first[i].StartAt).Abs() > 50*time.Millisecond {
+			t.Fatalf("task %d: first %+v, again %+v; want the same slot, not enqueued twice", i, first[i], again[i])
+		}
+	}
+	if !again[2].Enqueued || again[2].StartAt.Sub(first[1].StartAt) < 90*time.Millisecond {
+		t.Fatalf("the new third task: %+v; want it enqueued one slot after the second (%s)", again[2], first[1].StartAt)
+	}
+	if n := len(tasksIn(t, f.Inspector, f.Queue)); n != 3 {
+		t.Fatalf("%d tasks in the queue, want 3", n)
+	}
+}
+
+func TestPaceStopsBeyondBookAhead(t *testing.T) {
+	tg := redistest.New(t)
+	th := pacingThrottler(t, tg, 10, nil)
+	f := asynqtest.NewFleet(t, tg, 0, 0, th, nil)
+	tasks := make([]*asynq.Task, 30)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("sync", nil)
+	}
+	// 10/s with at most 1 s ahead: 11 slots fit (now, then 10 more).
+	planned, err := scheduler.Pace(context.Background(), f.Client, th, "big", tasks, scheduler.BookAhead(time.Second), scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if !errors.Is(err, worker.ErrThrottled) || len(planned) < 10 || len(planned) > 11 {
+		t.Fatalf("%d planned, %v; want ~11 and an error wrapping ErrThrottled", len(planned), err)
+	}
+}
