@@ -51,11 +51,14 @@ func BenchmarkBacklog(b *testing.B) {
 		forwarder time.Duration
 		servers   int
 	}{
-		{"gcra-burst1/forwarder-1s", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, 20, time.Second, 2},
-		{"gcra-burst1/forwarder-5s", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, 20, 5 * time.Second, 2},
-		{"fixed-window-20-per-1s/forwarder-1s", throttle.FixedWindow{Limit: 20, Window: time.Second}, 20, time.Second, 2},
-		{"fixed-window-20-per-1s/forwarder-5s", throttle.FixedWindow{Limit: 20, Window: time.Second}, 20, 5 * time.Second, 2},
-		{"gcra-5-per-s-over-provisioned/forwarder-1s", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1}, 5, time.Second, 2},
+		// forwarder 0: what Configure sets (250 ms, and 100 ms polling);
+		// 5 s: asynq's defaults, kept by Configure when set.
+		{"gcra-burst1/configured", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, 20, 0, 2},
+		{"gcra-burst1/asynq-defaults", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, 20, 5 * time.Second, 2},
+		{"fixed-window-20-per-1s/configured", throttle.FixedWindow{Limit: 20, Window: time.Second}, 20, 0, 2},
+		{"fixed-window-20-per-1s/asynq-defaults", throttle.FixedWindow{Limit: 20, Window: time.Second}, 20, 5 * time.Second, 2},
+		{"gcra-5-per-s-over-provisioned/configured", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1}, 5, 0, 2},
+		{"gcra-5-per-s-over-provisioned/asynq-defaults", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1}, 5, 5 * time.Second, 2},
 	} {
 		b.Run(sc.name, func(b *testing.B) {
 			for range b.N {
@@ -96,6 +99,9 @@ func runBacklog(b *testing.B, policy throttle.Policy, rate float64, forwarder ti
 	for range servers {
 		cfg := asynq.Config{Concurrency: 10, Queues: map[string]int{queue: 1}, LogLevel: asynq.FatalLevel,
 			DelayedTaskCheckInterval: forwarder, ShutdownTimeout: 3 * time.Second}
+		if forwarder > 0 {
+			cfg.TaskCheckInterval = time.Second // asynq's default
+		}
 		th.Configure(&cfg)
 		srv := asynq.NewServerFromRedisClient(tg.NewClient(b), cfg)
 		b.Cleanup(srv.Shutdown)
