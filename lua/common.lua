@@ -61,6 +61,16 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- blocked_for returns how long the block at key (KEYS[2] of every
+-- limiter script, see block.lua) still holds, in microseconds; 0 if none.
+local function blocked_for(key, now)
+  local until_us = redis.call('GET', key)
+  if until_us then
+    return math.max(0, tonumber(until_us) - now)
+  end
+  return 0
+end
+
 -- load_state reads a ':'-joined integer state; nil when the key is absent.
 local function load_state(key)
   local raw = redis.call('GET', key)

@@ -2,6 +2,8 @@
 -- Unix epoch (a 1-minute window resets at every whole minute).
 --
 -- KEYS[1]  state "<window index>:<count>"; absent means nothing counted
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
@@ -37,6 +39,11 @@ if state and state[1] >= index then
   count = state[2]
 end
 local until_end = (index + 1) * window - now
+
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 then
+  return {0, 0, blocked, blocked, now}
+end
 
 if count + n > limit then
   return {0, limit - count, until_end, until_end, now}

@@ -3,7 +3,9 @@
 --
 -- KEYS[1]  the TAT, "<us>" or "<us>:<ticks>" (ticks of 1/den us past that
 --          microsecond); absent means no debt
--- KEYS[2]  reserve and cancel, optional: the caller's ticket (see common.lua)
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted, and the first unit after it is admitted when it ends
+-- KEYS[3]  reserve and cancel, optional: the caller's ticket (see common.lua)
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 reserve n units, 3 cancel a reservation of n units
 -- ARGV[2]  n, units requested (1 <= n <= burst, checked by the caller)
@@ -32,11 +34,16 @@ local now = server_now()
 local debt = ticks_until(KEYS[1], now, den)
 local tolerance = burst * T
 local cost = n * T
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 and mode ~= MODE_CANCEL then
+  -- as if the TAT stood where one unit conforms exactly when the block ends
+  debt = math.max(debt, blocked * den + tolerance - T)
+end
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6, arg7)
+  return reserve(KEYS[1], KEYS[3], now, debt, cost, tolerance, T, den, arg6, arg7)
 elseif mode == MODE_CANCEL then
-  return cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, T, den, arg6, arg7)
+  return cancel(KEYS[1], KEYS[3], now, debt, cost, tolerance, T, den, arg6, arg7)
 end
 
 local new_debt = debt + cost

@@ -4,6 +4,8 @@
 --
 -- KEYS[1]  state "<level>:<last us>": the water level in ticks of leak time
 --          at the instant of the last admission; absent means empty
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted
 -- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing),
 --          2 pour n drops and say how to undo it (nothing is needed),
 --          3 take n drops back out
@@ -44,6 +46,11 @@ if mode == MODE_CANCEL then
     redis.call('DEL', KEYS[1])
   end
   return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}
+end
+
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 then
+  return {0, 0, blocked, blocked, now}
 end
 
 if level + pour > full then

@@ -68,6 +68,11 @@ var ThrottledTask string
 //go:embed tick_claim.lua
 var TickClaim string
 
+// Block sets a key's block, which every limiter script checks (KEYS[2]).
+//
+//go:embed block.lua
+var Block string
+
 // Source returns the full text of a script as Redis runs it: [Common]
 // followed by the algorithm's own file.
 func Source(algorithm string) string {

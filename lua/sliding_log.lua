@@ -4,6 +4,8 @@
 -- KEYS[1]  sorted set of admitted units, scored by admission time in us;
 --          members are "<us>:<seq>", unique per unit (seq numbers the units
 --          admitted in one microsecond)
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
@@ -41,6 +43,11 @@ local function newest_reset()
     return 0
   end
   return math.max(0, tonumber(newest[2]) + window - now)
+end
+
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 then
+  return {0, 0, blocked, blocked, now}
 end
 
 if count + n > limit then

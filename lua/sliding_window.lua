@@ -3,6 +3,8 @@
 -- the sliding window: estimate = prev * (window - elapsed) / window + cur.
 --
 -- KEYS[1]  state "<window index>:<previous count>:<current count>"
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
@@ -55,6 +57,11 @@ local elapsed = math.max(0, floor_div(now - start, unit))
 -- weighted_prev is ceil(prev * (W - e) / W): the previous window's share.
 local function weighted_prev(e)
   return ceil_div(prev * (W - e), W)
+end
+
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 then
+  return {0, 0, blocked, blocked, now}
 end
 
 if prev * (W - elapsed) + (cur + n) * W > limit * W then

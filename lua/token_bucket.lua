@@ -3,7 +3,9 @@
 --
 -- KEYS[1]  the instant the bucket is full again, "<us>" or "<us>:<ticks>"
 --          (ticks of 1/den us past that microsecond); absent means full
--- KEYS[2]  reserve and cancel, optional: the caller's ticket (see common.lua)
+-- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
+--          admitted, and the first unit after it is admitted when it ends
+-- KEYS[3]  reserve and cancel, optional: the caller's ticket (see common.lua)
 -- ARGV[1]  mode: 0 take n tokens, 1 peek (test for n tokens, write nothing),
 --          2 reserve n tokens, 3 cancel a reservation of n tokens
 -- ARGV[2]  n, tokens requested (1 <= n <= burst, checked by the caller)
@@ -33,11 +35,16 @@ local now = server_now()
 local missing = ticks_until(KEYS[1], now, den) -- refill owed until full
 local capacity = burst * num
 local cost = n * num
+local blocked = blocked_for(KEYS[2], now)
+if blocked > 0 and mode ~= MODE_CANCEL then
+  -- as if the bucket refilled only one token by the time the block ends
+  missing = math.max(missing, blocked * den + capacity - num)
+end
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[2], now, missing, cost, capacity, num, den, arg6, arg7)
+  return reserve(KEYS[1], KEYS[3], now, missing, cost, capacity, num, den, arg6, arg7)
 elseif mode == MODE_CANCEL then
-  return cancel(KEYS[1], KEYS[2], now, missing, cost, capacity, num, den, arg6, arg7)
+  return cancel(KEYS[1], KEYS[3], now, missing, cost, capacity, num, den, arg6, arg7)
 end
 
 local tokens = capacity - missing -- the tokens present, in ticks

@@ -36,16 +36,22 @@ func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
 	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client)}, nil
 }
 
-// eval runs script on keys with the given arguments under the timeout and
-// returns its integer reply, which has at least five values.
+// eval runs a decision script on keys with the given arguments under the
+// timeout and returns its integer reply, which has at least five values.
 func (c *conn) eval(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
+	reply, err := c.evalAny(ctx, script, keys, args)
+	if err == nil && len(reply) < 5 {
+		err = fmt.Errorf("script returned %d values, want 5 or more", len(reply))
+	}
+	return reply, err
+}
+
+// evalAny runs a script under the timeout and returns its integer reply.
+func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
 	var reply []int64
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
 		reply, err = script.Run(ctx, c.client, keys, args...).Int64Slice()
-		if err == nil && len(reply) < 5 {
-			err = fmt.Errorf("script returned %d values, want 5 or more", len(reply))
-		}
 		return err
 	})
 	if err != nil {
@@ -102,9 +108,9 @@ func (c *conn) failOpen(ctx context.Context) bool {
 	return c.cfg.failure == FailOpen && ctx.Err() == nil
 }
 
-// del deletes one key under the timeout.
-func (c *conn) del(ctx context.Context, key string) error {
-	err := c.call(ctx, func(ctx context.Context) error { return c.client.Del(ctx, key).Err() })
+// del deletes keys of one Cluster slot under the timeout.
+func (c *conn) del(ctx context.Context, keys ...string) error {
+	err := c.call(ctx, func(ctx context.Context) error { return c.client.Del(ctx, keys...).Err() })
 	if err != nil {
 		return c.unavailable(ctx, err)
 	}

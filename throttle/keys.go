@@ -34,3 +34,7 @@ func ticketKey(stateKey, ticket string) string {
 	}
 	return stateKey + ":t:" + ticket
 }
+
+// blockKey returns the key of a state key's block (see BlockFor), in the
+// same Cluster slot.
+func blockKey(stateKey string) string { return stateKey + ":block" }

@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
+
+var blockScript = redis.NewScript(lua.Source(lua.Block))
 
 // Limiter applies one [Policy] to any number of caller keys, keeping their
 // state in Redis so that every process sharing the Redis shares the limit.
@@ -75,12 +78,37 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	return l.decide(ctx, modePeek, key, 1)
 }
 
-// Reset forgets key's state, giving it full capacity again.
+// Reset forgets key's state, giving it full capacity again, and lifts its
+// block.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	return l.del(ctx, l.Key(key))
+	state := l.Key(key)
+	return l.del(ctx, state, blockKey(state))
+}
+
+// BlockFor stops key admitting anything for d, in every process sharing
+// the Redis: the fleet-wide backoff after an upstream answered 429 with a
+// Retry-After. d counts from the Redis server's clock; a block already
+// ending later is kept. While blocked, decisions are rejections whose
+// RetryAfter is the time left; on TokenBucket and GCRA the first unit after
+// the block is admitted when it ends, then the rate applies (no burst), and
+// Reserve books slots after it. d must be positive and at most ten years
+// ([ErrInvalidDelay]).
+func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if d <= 0 || d > maxSpan {
+		return fmt.Errorf("%w: a block lasts from 1µs to %s, got %s", ErrInvalidDelay, maxSpan, d)
+	}
+	us := max(1, d.Microseconds())
+	_, err := l.evalAny(ctx, blockScript, []string{blockKey(l.Key(key))}, []any{itoa(us)})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
 }
 
 // decide validates a request and runs the policy's script for it.
@@ -115,7 +143,7 @@ func (l *Limiter) runTicket(ctx context.Context, mode, key, ticket string, n int
 		args = append(args, e)
 	}
 	stateKey := l.Key(key)
-	keys := []string{stateKey}
+	keys := []string{stateKey, blockKey(stateKey)}
 	if ticket != "" {
 		keys = append(keys, ticketKey(stateKey, ticket))
 	}
