@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -85,12 +86,19 @@ func (c *conn) call(ctx context.Context, fn func(context.Context) error) error {
 			err = timed.Err()
 		}
 	}
-	if err != nil && ctx.Err() == nil && errors.Is(timed.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		// The client reports its own timeout (a net error); say which
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && (timed.Err() != nil || isTimeout(err)) {
+		// The client reports the deadline as its own timeout (a net error,
+		// possibly a moment before the context's timer fires): say which
 		// deadline passed.
 		err = fmt.Errorf("%w after %s: %w", context.DeadlineExceeded, c.cfg.timeout, err)
 	}
 	return err
+}
+
+// isTimeout reports a network timeout.
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // unavailable wraps a failed call: the caller's own context error when the
