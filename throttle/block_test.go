@@ -29,6 +29,9 @@ func TestBlockForHoldsEveryAlgorithm(t *testing.T) {
 			if r := peek(t, l, "k"); r.Allowed || r.RetryAfter != 2*time.Second || r.Remaining != 0 {
 				t.Fatalf("Peek on a blocked key: %+v, want rejected for 2s", r)
 			}
+			if left, err := l.BlockedFor(ctx, "k"); err != nil || left != 2*time.Second {
+				t.Fatalf("BlockedFor: %s, %v; want 2s", left, err)
+			}
 			clock.Advance(2*time.Second - time.Microsecond)
 			if r := allowN(t, l, "k", 1); r.Allowed || r.RetryAfter != time.Microsecond {
 				t.Fatalf("1µs before the block ends: %+v", r)
@@ -37,6 +40,9 @@ func TestBlockForHoldsEveryAlgorithm(t *testing.T) {
 			clock.Advance(time.Microsecond)
 			if r := allowN(t, l, "k", 1); !r.Allowed {
 				t.Fatalf("when the block ends: %+v, want admitted", r)
+			}
+			if left, err := l.BlockedFor(ctx, "k"); err != nil || left != 0 {
+				t.Fatalf("BlockedFor after the block: %s, %v", left, err)
 			}
 			if err := l.BlockFor(ctx, "k", time.Hour); err != nil {
 				t.Fatal(err)

@@ -103,12 +103,30 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 	if d <= 0 || d > maxSpan {
 		return fmt.Errorf("%w: a block lasts from 1µs to %s, got %s", ErrInvalidDelay, maxSpan, d)
 	}
-	us := max(1, d.Microseconds())
-	_, err := l.evalAny(ctx, blockScript, []string{blockKey(l.Key(key))}, []any{itoa(us)})
-	if err != nil {
-		return l.unavailable(ctx, err)
+	_, err := l.block(ctx, key, max(1, d.Microseconds()))
+	return err
+}
+
+// BlockedFor reports how long key's block (see BlockFor) still holds: 0
+// when it is not blocked.
+func (l *Limiter) BlockedFor(ctx context.Context, key string) (time.Duration, error) {
+	if key == "" {
+		return 0, fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	return nil
+	return l.block(ctx, key, 0)
+}
+
+// block runs block.lua: blocks key for us microseconds (0: only asks) and
+// returns how long the block holds.
+func (l *Limiter) block(ctx context.Context, key string, us int64) (time.Duration, error) {
+	reply, err := l.evalAny(ctx, blockScript, []string{blockKey(l.Key(key))}, []any{itoa(us)})
+	if err == nil && len(reply) < 1 {
+		err = fmt.Errorf("block script returned %d values", len(reply))
+	}
+	if err != nil {
+		return 0, l.unavailable(ctx, err)
+	}
+	return micros(reply[0]), nil
 }
 
 // decide validates a request and runs the policy's script for it.

@@ -1,0 +1,184 @@
+package httpthrottle_test
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/httpthrottle"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+var quiet = httpthrottle.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+func okHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+}
+
+// serve sends one request from the given address through h.
+func serve(h http.Handler, remote string) *http.Response {
+	req := httptest.NewRequest(http.MethodGet, "http://api.example/orders", nil)
+	req.RemoteAddr = remote
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+// TestInboundLimitAndHeaders: 5 requests per 10 s; the 6th is refused with
+// Retry-After equal to the true wait rounded up, and every response carries
+// exact rate limit fields.
+func TestInboundLimitAndHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		policy throttle.Policy
+		// At 2.3 s into a window that started at a whole 10 s: the fields
+		// of the 5 allowed responses and of the refused one.
+		resets   []string
+		retry    string
+		policyHd string
+	}{
+		{throttle.FixedWindow{Limit: 5, Window: 10 * time.Second}, []string{"8", "8", "8", "8", "8", "8"}, "8", `"default";q=5;w=10`},
+		{throttle.SlidingLog{Limit: 5, Window: 10 * time.Second}, []string{"10", "10", "10", "10", "10", "10"}, "10", `"default";q=5;w=10`},
+		{throttle.GCRA{Rate: throttle.Rate{N: 5, Per: 10 * time.Second}, Burst: 5}, []string{"2", "4", "6", "8", "10", "10"}, "2", `"default";q=5;w=10`},
+	} {
+		t.Run(tcName(tc.policy), func(t *testing.T) {
+			tg := redistest.Embedded(t)
+			clock := tg.Clock(t)
+			clock.Set(clock.Now().Truncate(10 * time.Second).Add(12300 * time.Millisecond))
+			limiter, err := throttle.New(tg.Client, tc.policy, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := httpthrottle.NewMiddleware(limiter, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Handler(okHandler())
+			for i := range 6 {
+				resp := serve(h, "203.0.113.7:51000")
+				wantStatus, remaining := http.StatusOK, 4-i
+				if i == 5 {
+					wantStatus, remaining = http.StatusTooManyRequests, 0
+				}
+				if resp.StatusCode != wantStatus {
+					t.Fatalf("request %d: %d, want %d", i+1, resp.StatusCode, wantStatus)
+				}
+				want := map[string]string{
+					"RateLimit-Policy":      tc.policyHd,
+					"RateLimit":             `"default";r=` + itoa(remaining) + ";t=" + tc.resets[i],
+					"X-RateLimit-Limit":     "5",
+					"X-RateLimit-Remaining": itoa(remaining),
+					"X-RateLimit-Reset":     tc.resets[i],
+				}
+				if i == 5 {
+					want["Retry-After"] = tc.retry
+				}
+				for field, v := range want {
+					if got := resp.Header.Get(field); got != v {
+						t.Errorf("request %d: %s: %q, want %q", i+1, field, got, v)
+					}
+				}
+			}
+			// Another client has its own limit.
+			if resp := serve(h, "198.51.100.2:4000"); resp.StatusCode != http.StatusOK {
+				t.Fatalf("another client: %d", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestInboundWhenRedisIsDown(t *testing.T) {
+	ln := deadRedis(t)
+	for _, tc := range []struct {
+		failure throttle.FailurePolicy
+		status  int
+	}{
+		{throttle.FailClosed, http.StatusServiceUnavailable},
+		{throttle.FailOpen, http.StatusOK},
+	} {
+		limiter, err := throttle.New(ln, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, throttle.WithFailurePolicy(tc.failure))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := httpthrottle.NewMiddleware(limiter, quiet)
+		resp := serve(m.Handler(okHandler()), "203.0.113.7:51000")
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s with Redis down: %d, want %d", tc.failure, resp.StatusCode, tc.status)
+		}
+		if tc.failure == throttle.FailClosed && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("503 without Retry-After")
+		}
+	}
+}
+
+// deadRedis returns a client of a Redis that is not there.
+func deadRedis(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestTrustedProxies(t *testing.T) {
+	tg := redistest.Embedded(t)
+	limiter, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	send := func(h http.Handler, remote, xff string) int {
+		req := httptest.NewRequest(http.MethodGet, "http://api.example/", nil)
+		req.RemoteAddr = remote
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// Without trusted proxies the header is ignored: a client cannot pick
+	// a fresh identity per request.
+	plain, _ := httpthrottle.NewMiddleware(limiter, quiet)
+	h := plain.Handler(okHandler())
+	if send(h, "203.0.113.9:1", "1.1.1.1") != http.StatusOK || send(h, "203.0.113.9:1", "2.2.2.2") != http.StatusTooManyRequests {
+		t.Fatal("X-Forwarded-For from an untrusted peer changed the client's key")
+	}
+	proxied, err := httpthrottle.NewMiddleware(limiter, quiet, httpthrottle.WithTrustedProxies("10.0.0.0/8", "192.0.2.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = proxied.Handler(okHandler())
+	for _, tc := range []struct {
+		remote, xff string
+		want        int
+	}{
+		{"10.1.1.1:80", "198.51.100.20", http.StatusOK},                        // client .20, first time
+		{"10.1.1.1:80", "6.6.6.6, 198.51.100.20", http.StatusTooManyRequests},  // spoofed left part ignored
+		{"192.0.2.1:80", "198.51.100.20, 10.9.9.9", http.StatusTooManyRequests}, // two trusted hops
+		{"10.1.1.1:80", "198.51.100.21", http.StatusOK},                        // another client
+		{"10.1.1.1:80", "bogus, 198.51.100.22", http.StatusOK},                 // malformed left of a real client
+	} {
+		if got := send(h, tc.remote, tc.xff); got != tc.want {
+			t.Errorf("from %s with X-Forwarded-For %q: %d, want %d", tc.remote, tc.xff, got, tc.want)
+		}
+	}
+	for _, opt := range []httpthrottle.MiddlewareOption{nil, httpthrottle.WithTrustedProxies("not a cidr"), httpthrottle.WithClientKey(nil), httpthrottle.WithPolicyName(`a"b`), httpthrottle.WithLogger(nil)} {
+		if _, err := httpthrottle.NewMiddleware(limiter, opt); !errors.Is(err, httpthrottle.ErrInvalidOption) {
+			t.Errorf("option %v: %v", opt, err)
+		}
+	}
+}
+
+func tcName(p throttle.Policy) string {
+	switch p.(type) {
+	case throttle.FixedWindow:
+		return "FixedWindow"
+	case throttle.SlidingLog:
+		return "SlidingLog"
+	}
+	return "GCRA"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,264 @@
+package httpthrottle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/httpthrottle"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// upstream is a partner API that records when each request arrived and can
+// answer one of them with a 429.
+type upstream struct {
+	*httptest.Server
+	mu       sync.Mutex
+	arrivals []time.Time
+	tooMany  func(n int) (retryAfter string, ok bool) // for the n-th request
+}
+
+func newUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.arrivals = append(u.arrivals, time.Now())
+		n := len(u.arrivals)
+		u.mu.Unlock()
+		if u.tooMany != nil {
+			if after, ok := u.tooMany(n); ok {
+				w.Header().Set("Retry-After", after)
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) times() []time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := append([]time.Time(nil), u.arrivals...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// mostWithin returns the most arrivals within any half-open window of
+// length w.
+func mostWithin(ts []time.Time, w time.Duration) int {
+	most := 0
+	for i := range ts {
+		j := i
+		for j < len(ts) && ts[j].Sub(ts[i]) < w {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// newClient returns an http.Client whose Transport paces on its own
+// connection pool to the target's Redis: a separate process, in effect.
+func newClient(t *testing.T, tg *redistest.Target, p throttle.Policy, opts ...httpthrottle.TransportOption) (*http.Client, *throttle.Limiter) {
+	t.Helper()
+	limiter, err := throttle.New(tg.NewClient(t), p, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := httpthrottle.NewTransport(limiter, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: transport}, limiter
+}
+
+// hammer sends GETs to url from workers goroutines until stop.
+func hammer(t *testing.T, c *http.Client, url string, workers int, stop time.Time) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithDeadline(context.Background(), stop)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				resp, err := c.Do(req)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Error(err)
+					}
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	return &wg
+}
+
+// TestTwoClientsShareTheLimit: two clients with separate Transports on one
+// Redis, 10/s per host: the upstream sees no second with more than 10, and
+// 10/s within 10% over 5 s.
+func TestTwoClientsShareTheLimit(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	policy := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}
+	a, _ := newClient(t, tg, policy)
+	b, _ := newClient(t, tg, policy)
+	stop := time.Now().Add(5 * time.Second)
+	wa, wb := hammer(t, a, up.URL, 3, stop), hammer(t, b, up.URL, 3, stop)
+	wa.Wait()
+	wb.Wait()
+	ts := up.times()
+	// Slots are exactly 100 ms apart on the Redis clock; each request then
+	// travels through a timer, a connection pool and a socket. A window
+	// 25 ms short of a second absorbs that jitter: 11 requests within it
+	// would mean slots closer than the policy's.
+	if most := mostWithin(ts, time.Second-25*time.Millisecond); most > 10 {
+		t.Errorf("%d requests reached the upstream within one second; the limit is 10", most)
+	}
+	if n := len(ts); n < 45 || n > 55 {
+		t.Errorf("%d requests in 5 s; want 50 ± 10%%", n)
+	}
+	t.Logf("%d requests over %s", len(ts), ts[len(ts)-1].Sub(ts[0]))
+}
+
+// TestA429BlocksEveryClient: one 429 with Retry-After: 2 silences both
+// clients for 2 s; then they resume.
+func TestA429BlocksEveryClient(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	var blockedAt atomic.Int64
+	up.tooMany = func(n int) (string, bool) {
+		if n == 8 {
+			blockedAt.Store(time.Now().UnixNano())
+			return "2", true
+		}
+		return "", false
+	}
+	policy := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}
+	a, _ := newClient(t, tg, policy)
+	b, _ := newClient(t, tg, policy)
+	stop := time.Now().Add(4 * time.Second)
+	wa, wb := hammer(t, a, up.URL, 2, stop), hammer(t, b, up.URL, 2, stop)
+	wa.Wait()
+	wb.Wait()
+	at := time.Unix(0, blockedAt.Load())
+	if blockedAt.Load() == 0 {
+		t.Fatal("the upstream never answered 429")
+	}
+	var during, after int
+	for _, ts := range up.times() {
+		switch {
+		case ts.After(at.Add(20*time.Millisecond)) && ts.Before(at.Add(2*time.Second)):
+			during++
+		case ts.After(at.Add(2 * time.Second)):
+			after++
+		}
+	}
+	if during != 0 {
+		t.Errorf("%d requests reached the upstream during the 2 s it asked for", during)
+	}
+	if after < 5 {
+		t.Errorf("only %d requests after the block: the clients did not resume", after)
+	}
+}
+
+func TestRetriesAfterTheBlockOnlyWhatIsSafeToReplay(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	up.tooMany = func(n int) (string, bool) { return "1", n == 1 || n == 3 }
+	c, _ := newClient(t, tg, throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 10}, httpthrottle.WithRetries(1))
+
+	start := time.Now()
+	resp, err := c.Post(up.URL, "text/plain", strings.NewReader("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a POST was retried: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodPut, up.URL, strings.NewReader("payload"))
+	resp, err = c.Do(req) // request 2: fine
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req, _ = http.NewRequest(http.MethodPut, up.URL, strings.NewReader("payload"))
+	resp, err = c.Do(req) // request 3: 429, retried as request 4 after 1 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(up.times()) != 4 {
+		t.Fatalf("a PUT with a replayable body: %d after %d requests; want retried once", resp.StatusCode, len(up.times()))
+	}
+	if gap := up.times()[3].Sub(up.times()[2]); gap < 990*time.Millisecond {
+		t.Fatalf("retried %s after the 429's Retry-After: 1", gap)
+	}
+	_ = start
+}
+
+func TestTransportRefusesADeadlineItCannotMeet(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	c, limiter := newClient(t, tg, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1})
+	if _, err := limiter.Allow(context.Background(), strings.TrimPrefix(up.URL, "http://")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
+	start := time.Now()
+	_, err := c.Do(req)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("a turn a minute away with 1 s to go: %v after %s; want DeadlineExceeded at once", err, time.Since(start))
+	}
+	if n := len(up.times()); n != 0 {
+		t.Fatalf("%d requests were sent", n)
+	}
+}
+
+func TestTransportOptionsAndKeys(t *testing.T) {
+	tg := redistest.Embedded(t)
+	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	for _, opt := range []httpthrottle.TransportOption{nil, httpthrottle.WithBase(nil), httpthrottle.WithRequestKey(nil), httpthrottle.WithRetries(-1), httpthrottle.WithMaxBlock(0)} {
+		if _, err := httpthrottle.NewTransport(limiter, opt); !errors.Is(err, httpthrottle.ErrInvalidOption) {
+			t.Errorf("option %v: %v", opt, err)
+		}
+	}
+	if _, err := httpthrottle.NewTransport(nil); !errors.Is(err, httpthrottle.ErrInvalidOption) {
+		t.Errorf("nil limiter: %v", err)
+	}
+	tr, _ := httpthrottle.NewTransport(limiter, httpthrottle.WithRequestKey(func(*http.Request) (string, error) {
+		return "", errors.New("no account")
+	}))
+	req := httptest.NewRequest(http.MethodGet, "http://partner.example/", nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, httpthrottle.ErrNoKey) && !strings.Contains(fmtErr(err), "no account") {
+		t.Errorf("a request the key function refuses: %v", err)
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
