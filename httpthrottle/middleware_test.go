@@ -154,11 +154,11 @@ func TestTrustedProxies(t *testing.T) {
 		remote, xff string
 		want        int
 	}{
-		{"10.1.1.1:80", "198.51.100.20", http.StatusOK},                        // client .20, first time
-		{"10.1.1.1:80", "6.6.6.6, 198.51.100.20", http.StatusTooManyRequests},  // spoofed left part ignored
+		{"10.1.1.1:80", "198.51.100.20", http.StatusOK},                         // client .20, first time
+		{"10.1.1.1:80", "6.6.6.6, 198.51.100.20", http.StatusTooManyRequests},   // spoofed left part ignored
 		{"192.0.2.1:80", "198.51.100.20, 10.9.9.9", http.StatusTooManyRequests}, // two trusted hops
-		{"10.1.1.1:80", "198.51.100.21", http.StatusOK},                        // another client
-		{"10.1.1.1:80", "bogus, 198.51.100.22", http.StatusOK},                 // malformed left of a real client
+		{"10.1.1.1:80", "198.51.100.21", http.StatusOK},                         // another client
+		{"10.1.1.1:80", "bogus, 198.51.100.22", http.StatusOK},                  // malformed left of a real client
 	} {
 		if got := send(h, tc.remote, tc.xff); got != tc.want {
 			t.Errorf("from %s with X-Forwarded-For %q: %d, want %d", tc.remote, tc.xff, got, tc.want)
