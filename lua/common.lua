@@ -143,10 +143,10 @@ local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
 end
 
 -- reserve books cost ticks when the wait for them is at most max_wait
--- ticks. Booked, it returns the decision, the booking's end instant (us,
+-- ticks, starting no sooner than not_before ticks from now. Booked, it returns the decision, the booking's end instant (us,
 -- ticks), which cancel needs, and 1 when the booking is the ticket's
 -- standing one; otherwise the wait after which booking would succeed.
-local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait, grace)
+local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
   if ticket then
     local held = load_state(ticket)
     if held then
@@ -158,11 +158,13 @@ local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, m
       end
     end
   end
-  local wait = debt + cost - tolerance
+  -- A caller that cannot start before not_before takes a slot no sooner:
+  -- the capacity until then is left to others, the slot is later.
+  local wait = math.max(debt + cost - tolerance, not_before or 0)
   if wait > max_wait then
     return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
   end
-  debt = debt + cost
+  debt = wait + tolerance
   store_instant(key, now, debt, den)
   local end_us, end_ticks = instant_after(now, debt, den)
   if ticket and wait + grace > 0 then

@@ -17,6 +17,7 @@
 -- ARGV[7]  reserve: how long after its slot's start a new ticketed booking
 --          may still be claimed, in ticks; cancel: the end instant's
 --          remainder, in ticks
+-- ARGV[8]  reserve: the soonest a new booking may start, in ticks from now
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
 --          and three more values follow: its end instant (us, ticks) and 1
@@ -27,7 +28,7 @@
 -- it then moves the TAT to max(TAT, now) + n*T. A reservation may move the
 -- TAT further, and waits until its units conform.
 
-local mode, n, burst, T, den, arg6, arg7 = numeric_argv()
+local mode, n, burst, T, den, arg6, arg7, arg8 = numeric_argv()
 
 local now = server_now()
 -- debt: how far the TAT lies ahead of now, in ticks (0 when it has passed)
@@ -41,7 +42,7 @@ if blocked > 0 and mode ~= MODE_CANCEL then
 end
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[3], now, debt, cost, tolerance, T, den, arg6, arg7)
+  return reserve(KEYS[1], KEYS[3], now, debt, cost, tolerance, T, den, arg6, arg7, arg8)
 elseif mode == MODE_CANCEL then
   return cancel(KEYS[1], KEYS[3], now, debt, cost, tolerance, T, den, arg6, arg7)
 end

@@ -17,6 +17,7 @@
 -- ARGV[7]  reserve: how long after its slot's start a new ticketed booking
 --          may still be claimed, in ticks; cancel: the end instant's
 --          remainder, in ticks
+-- ARGV[8]  reserve: the soonest a new booking may start, in ticks from now
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
 --          and three more values follow: its end instant (us, ticks) and 1
@@ -29,7 +30,7 @@
 -- reservation takes tokens the bucket does not have yet: the bucket goes
 -- into debt, and the reservation starts when the refill has paid for it.
 
-local mode, n, burst, num, den, arg6, arg7 = numeric_argv()
+local mode, n, burst, num, den, arg6, arg7, arg8 = numeric_argv()
 
 local now = server_now()
 local missing = ticks_until(KEYS[1], now, den) -- refill owed until full
@@ -42,7 +43,7 @@ if blocked > 0 and mode ~= MODE_CANCEL then
 end
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[3], now, missing, cost, capacity, num, den, arg6, arg7)
+  return reserve(KEYS[1], KEYS[3], now, missing, cost, capacity, num, den, arg6, arg7, arg8)
 elseif mode == MODE_CANCEL then
   return cancel(KEYS[1], KEYS[3], now, missing, cost, capacity, num, den, arg6, arg7)
 end

@@ -45,14 +45,17 @@
 // again and again. [Pace] does the same for one batch, without cron.
 //
 // asynq keeps ProcessAt in whole seconds and moves due tasks to their queue
-// once per forwarder pass, so a task reaches a worker from the start of its
-// slot's second to a pass after: early, it waits in its handler for its slot;
-// late, it runs on arrival on the slot it booked (bookings made here may be
-// claimed that long after their start). The tasks of a second whose slots
-// passed before the pass that delivers them start together: with the
-// intervals worker.Throttler.Configure sets, 500 tasks paced at 100/s were
-// planned exactly 10 ms apart, none was throttled on arrival, and at most
-// 120–132 started within any one second (TestPaceSpreadsABatch).
+// once per forwarder pass, and idle workers look at their queues now and
+// then. So a paced task is due in asynq a little before its slot (the
+// Throttler's Lead: 1.4 s with the intervals its Configure sets), and its
+// slot starts no sooner than that from the booking: it reaches a worker
+// ahead of its slot, finds its slots there, and waits in its handler to
+// start exactly at them. Measured (TestPaceSpreadsABatch): 500 tasks paced
+// at 100/s were planned exactly 10 ms apart, all 500 were admitted on
+// arrival, and no second held more than 101 starts. [DeliverAtSlot] makes
+// ProcessAt the slot itself instead, for when asynq's own view of the plan
+// matters more; tasks then mostly arrive after their slots and those of a
+// second start together.
 //
 // Producer failures, panics and enqueueing errors are logged (slog), passed
 // to the error handler, and stop only their own tick.

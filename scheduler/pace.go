@@ -39,6 +39,7 @@ type batchConfig struct {
 	throttler *worker.Throttler
 	bookAhead time.Duration
 	taskOpts  []asynq.Option
+	atSlot    bool
 }
 
 // batchClock turns the Redis clock of a batch's slots into this process's:
@@ -98,6 +99,21 @@ func BookAhead(d time.Duration) BatchOption {
 	})
 }
 
+// DeliverAtSlot sets each paced task's ProcessAt to its slot itself rather
+// than a little earlier. asynq keeps ProcessAt in whole seconds and delivers
+// due tasks once per forwarder pass, so most tasks then reach a worker after
+// their slots and run on arrival: the tasks of one second whose slots have
+// passed start together. The default, ProcessAt at the slot less the
+// Throttler's Lead, has them arrive early and wait in the handler for their
+// exact slots. Choose DeliverAtSlot when asynq's view of the plan (its
+// ProcessAt) matters more than smooth starts.
+func DeliverAtSlot() BatchOption {
+	return batchOptionFunc(func(c *batchConfig) error {
+		c.atSlot = true
+		return nil
+	})
+}
+
 // TaskOptions adds asynq options to every task of the batch, such as
 // asynq.Queue or asynq.MaxRetry. TaskID and ProcessAt are set by the
 // scheduler and override any given here.
@@ -112,9 +128,10 @@ func TaskOptions(opts ...asynq.Option) BatchOption {
 // throttles the workers check, instead of arriving at once to be throttled
 // task by task. Each task gets the asynq ID batchID + ":" + its index, books
 // its slots on the TokenBucket and GCRA rules of th that match it (see
-// worker.Throttler.Book) and is enqueued with ProcessAt at its slot: when it
-// reaches a worker running th's middleware it finds its slots and runs on
-// arrival.
+// worker.Throttler.Book) and is enqueued to be due th.Lead() before its
+// slot (see DeliverAtSlot): it reaches a worker running th's middleware
+// ahead of its slot, finds its slots there, and starts at its slot, admitted
+// on arrival.
 //
 // Pace is safe to run again with the same batchID and tasks, say after a
 // crash: a task already enqueued keeps its slots and is not enqueued twice.
@@ -146,7 +163,7 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 	if task == nil {
 		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d is nil", batchID, index)
 	}
-	p := Planned{ID: fmt.Sprintf("%s:%d", batchID, index), StartAt: time.Now()}
+	p := Planned{ID: fmt.Sprintf("%s:%09d", batchID, index), StartAt: time.Now()}
 	opts := append(append([]asynq.Option(nil), c.taskOpts...), asynq.TaskID(p.ID))
 	if c.throttler != nil {
 		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead)
@@ -154,7 +171,13 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 			return p, fmt.Errorf("scheduler: batch %s: booking task %d: %w", batchID, index, err)
 		}
 		p.StartAt = clock.local(booking)
-		opts = append(opts, asynq.ProcessAt(p.StartAt))
+		deliver := p.StartAt
+		if !c.atSlot {
+			deliver = deliver.Add(-c.throttler.Lead())
+		}
+		if deliver.After(time.Now()) {
+			opts = append(opts, asynq.ProcessAt(deliver))
+		}
 	}
 	_, err := client.EnqueueContext(ctx, task, opts...)
 	switch {

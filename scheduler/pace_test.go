@@ -70,20 +70,9 @@ func TestPaceSpreadsABatch(t *testing.T) {
 	if span < 4990*time.Millisecond-50*time.Millisecond || span > 5500*time.Millisecond {
 		t.Fatalf("500 tasks at 100/s planned over %s, want about 5 s", span)
 	}
-	if planned[0].StartAt.Before(before) || planned[0].ID != "nightly:0" || !planned[0].Enqueued {
+	if planned[0].StartAt.Before(before) || planned[0].ID != "nightly:000000000" || !planned[0].Enqueued {
 		t.Fatalf("first task planned %+v", planned[0])
 	}
-	// asynq keeps ProcessAt in whole seconds: at most 100 (+1) per second.
-	perSecond := map[int64]int{}
-	for _, info := range tasksIn(t, f.Inspector, f.Queue) {
-		perSecond[info.NextProcessAt.Unix()]++
-	}
-	for sec, n := range perSecond {
-		if n > 101 {
-			t.Errorf("%d tasks due in the second %d", n, sec)
-		}
-	}
-
 	// The workers process them, admitted on arrival.
 	var ids []string
 	for _, p := range planned {
@@ -97,9 +86,50 @@ func TestPaceSpreadsABatch(t *testing.T) {
 	if throttled := seen.Count(worker.Rescheduled); throttled > 5 {
 		t.Fatalf("%d of 500 paced tasks were throttled on arrival; want at most 1%%; events %v", throttled, seen.ByKind())
 	}
+	// They start at their slots: no second holds more than the policy's
+	// 100 and its burst of 1, give or take the handlers' own timer jitter.
 	runs := log.Snapshot()
+	if most := asynqtest.MostInAnyWindow(runs, time.Second-25*time.Millisecond); most > 101 {
+		t.Errorf("%d paced tasks started within one second; the policy allows 101", most)
+	}
 	t.Logf("events %v; ran over %s, at most %d in any second", seen.ByKind(),
 		runs[len(runs)-1].At.Sub(runs[0].At), asynqtest.MostInAnyWindow(runs, time.Second))
+}
+
+// TestDeliverAtSlot: asynq's ProcessAt is each task's slot, so asynq's own
+// view of the batch holds the policy: at most 100 (+1) due in any second,
+// and none due before its slot's second.
+func TestDeliverAtSlot(t *testing.T) {
+	tg := redistest.New(t)
+	th := pacingThrottler(t, tg, 100, nil)
+	f := asynqtest.NewFleet(t, tg, 0, 0, th, nil)
+	tasks := make([]*asynq.Task, 500)
+	for i := range tasks {
+		tasks[i] = asynq.NewTask("sync", nil)
+	}
+	planned, err := scheduler.Pace(context.Background(), f.Client, th, "at-slot", tasks,
+		scheduler.DeliverAtSlot(), scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slotOf := map[string]time.Time{}
+	for _, p := range planned {
+		slotOf[p.ID] = p.StartAt
+	}
+	perSecond := map[int64]int{}
+	for _, info := range tasksIn(t, f.Inspector, f.Queue) {
+		if info.State == asynq.TaskStateScheduled {
+			if due, slot := info.NextProcessAt, slotOf[info.ID]; due.Unix() != slot.Unix() {
+				t.Errorf("task %s due %s, its slot %s", info.ID, due, slot)
+			}
+		}
+		perSecond[info.NextProcessAt.Unix()]++
+	}
+	for sec, n := range perSecond {
+		if n > 101 {
+			t.Errorf("%d tasks due in the second %d", n, sec)
+		}
+	}
 }
 
 // TestPaceAgainTakesNothingTwice: running the same batch again, after a
@@ -138,9 +168,10 @@ func TestPaceStopsBeyondBookAhead(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = asynq.NewTask("sync", nil)
 	}
-	// 10/s with at most 1 s ahead: 11 slots fit (now, then 10 more).
-	planned, err := scheduler.Pace(context.Background(), f.Client, th, "big", tasks, scheduler.BookAhead(time.Second), scheduler.TaskOptions(asynq.Queue(f.Queue)))
-	if !errors.Is(err, worker.ErrThrottled) || len(planned) < 10 || len(planned) > 11 {
-		t.Fatalf("%d planned, %v; want ~11 and an error wrapping ErrThrottled", len(planned), err)
+	// 10/s with at most 3 s ahead, the first slot a lead (1.4 s) out:
+	// slots at 1.4 s, 1.5 s, ... 3.0 s fit, 17 of them.
+	planned, err := scheduler.Pace(context.Background(), f.Client, th, "big", tasks, scheduler.BookAhead(3*time.Second), scheduler.TaskOptions(asynq.Queue(f.Queue)))
+	if !errors.Is(err, worker.ErrThrottled) || len(planned) < 16 || len(planned) > 17 {
+		t.Fatalf("%d planned, %v; want ~17 and an error wrapping ErrThrottled", len(planned), err)
 	}
 }

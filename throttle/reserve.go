@@ -88,9 +88,14 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.
 // it is kept with the booking, so the Grace of a later, claiming call does
 // not matter. With Grace 0 a booking can be claimed only until its slot
 // starts: a caller arriving later books anew.
+//
+// NotBefore makes a new booking start no sooner than that long from now,
+// for a caller that cannot arrive sooner (a task that must travel through
+// a queue first); the capacity until then is left to others.
 type Ticket struct {
-	ID    string
-	Grace time.Duration
+	ID        string
+	Grace     time.Duration
+	NotBefore time.Duration
 }
 
 // ReserveFor is Reserve on behalf of a caller that will ask again later,
@@ -105,8 +110,8 @@ func (l *Limiter) ReserveFor(ctx context.Context, key string, ticket Ticket, n i
 	if ticket.ID == "" {
 		return nil, fmt.Errorf("%w: empty ticket ID", ErrInvalidKey)
 	}
-	if ticket.Grace < 0 {
-		return nil, fmt.Errorf("%w: a ticket's grace must not be negative, got %s", ErrInvalidDelay, ticket.Grace)
+	if ticket.Grace < 0 || ticket.NotBefore < 0 {
+		return nil, fmt.Errorf("%w: a ticket's grace and not-before must not be negative, got %s and %s", ErrInvalidDelay, ticket.Grace, ticket.NotBefore)
 	}
 	return l.reserve(ctx, key, ticket, n, maxDelay)
 }
@@ -124,7 +129,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
 	case l.spec.reservable:
-		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace))}
+		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace)), itoa(l.ticks(ticket.NotBefore))}
 	case maxDelay > 0:
 		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
 	default:

@@ -23,8 +23,8 @@ type Booking struct {
 // Book reserves ahead of time the slots a task will need on the TokenBucket
 // and GCRA rules that match it, ticketed by id, the asynq task ID the task
 // must be enqueued with. It returns when the task may start: the latest of
-// its slots. Enqueued with asynq.TaskID(id) and asynq.ProcessAt(StartAt),
-// the task finds its slots
+// its slots, which start no sooner than Lead from now. Enqueued with
+// asynq.TaskID(id) and due then, the task finds its slots
 // when it reaches a worker (up to a forwarder pass after start, as asynq
 // delivers in whole seconds) and runs on arrival: this is how a batch is
 // paced instead of being throttled task by task. Booking again with the
@@ -36,9 +36,10 @@ type Booking struct {
 // ErrThrottled. Errors of the limiters are returned as they are.
 func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (Booking, error) {
 	rules := t.matching(at)
-	// Claimable until asynq's delivery spread after the slot: the task is
-	// due at its slot, and asynq may hand it to a worker that much later.
-	ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead()}
+	// The task needs the lead to travel through asynq to a worker: its slot
+	// starts no sooner, and stays claimable that long after its start in
+	// case asynq hands it over late.
+	ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead(), NotBefore: t.lead()}
 	var booked []booking
 	var latest *booking
 	cancelBooked := func() {

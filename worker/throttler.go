@@ -113,6 +113,11 @@ const (
 	DefaultPollInterval      = 100 * time.Millisecond
 )
 
+// Lead is how long before its slot a task should be due in asynq to reach a
+// worker by then, with the intervals Configure saw (asynq's defaults until
+// it is called): see lead.
+func (t *Throttler) Lead() time.Duration { return t.lead() }
+
 // lead is how long before its slot a rescheduled task is sent back, so that
 // a worker has it by then: a second for the whole-second retry times asynq
 // stores, one pass of its forwarder, and the longest an idle worker sleeps
