@@ -159,8 +159,11 @@ local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, m
     end
   end
   -- A caller that cannot start before not_before takes a slot no sooner:
-  -- the capacity until then is left to others, the slot is later.
-  local wait = math.max(debt + cost - tolerance, not_before or 0)
+  -- the meter keeps one instant, so the capacity until then goes unused.
+  local wait = debt + cost - tolerance
+  if not_before and not_before > 0 then
+    wait = math.max(wait, not_before)
+  end
   if wait > max_wait then
     return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
   end

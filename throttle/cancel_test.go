@@ -219,3 +219,27 @@ func TestPresentReservationsCanBeTakenBack(t *testing.T) {
 		})
 	}
 }
+
+func TestTicketsNotBefore(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5})
+	ctx := context.Background()
+	late, err := l.ReserveFor(ctx, "k", throttle.Ticket{ID: "a", NotBefore: 2 * time.Second}, 1, time.Minute)
+	if err != nil || !late.OK || late.Delay != 2*time.Second {
+		t.Fatalf("NotBefore 2s on an idle key: %+v, %v", late, err)
+	}
+	// The meter is one instant: the capacity before the late slot goes
+	// unused, and later requests queue behind it.
+	if now := allowN(t, l, "k", 1); now.Allowed || now.RetryAfter != 2100*time.Millisecond {
+		t.Fatalf("a request now, before the late booking: %+v", now)
+	}
+	next, _ := l.Reserve(ctx, "k", 1, time.Minute)
+	if next.Delay != 2100*time.Millisecond {
+		t.Fatalf("the booking after a NotBefore one: %s, want 2.1s", next.Delay)
+	}
+	clock.Advance(time.Second)
+	if _, err := l.ReserveFor(ctx, "k", throttle.Ticket{ID: "c", NotBefore: -1}, 1, 0); !errors.Is(err, throttle.ErrInvalidDelay) {
+		t.Fatalf("negative NotBefore: %v", err)
+	}
+}

@@ -91,7 +91,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.
 //
 // NotBefore makes a new booking start no sooner than that long from now,
 // for a caller that cannot arrive sooner (a task that must travel through
-// a queue first); the capacity until then is left to others.
+// a queue first). TokenBucket and GCRA keep one instant per key, so the
+// capacity until then goes unused: later requests queue behind the slot.
 type Ticket struct {
 	ID        string
 	Grace     time.Duration

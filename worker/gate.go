@@ -30,6 +30,9 @@ type pass struct {
 	delay    time.Duration // the latest booking's start
 	reused   bool          // every delayed booking was the task's standing one
 	degraded bool
+	// presentOnly: the task is under several meters, whose units taken now
+	// must be taken again when it waits for a slot it claimed.
+	presentOnly bool
 
 	refused *refusal
 }
@@ -57,8 +60,16 @@ type refusal struct {
 const unavailableBackoff = 5 * time.Second
 
 // tryPass asks every rule of the task in turn: concurrency caps first, then
-// rate rules that decide only the present, then those that book ahead. The
-// first refusal gives back everything this pass took.
+// rate rules. The first refusal gives back everything this pass took.
+//
+// A task under a single TokenBucket or GCRA rule books its slot ahead (and
+// is sent back to it when it is far). A task under several claims a slot
+// booked for it earlier (by Book) where it has one, and takes every other
+// rate rule for now only: a meter keeps one instant per key, so slots booked
+// ahead on two of them could not be lined up without one meter skipping
+// capacity other keys need (an overall limit held back by one tenant's
+// queue), and a unit started after its slot would bunch with the units
+// after it. Deciding them at the same moment keeps every rule exact.
 func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass {
 	p := &pass{reused: true}
 	refuse := func(r *Rule, key string, retryAfter time.Duration, err error) *pass {
@@ -66,10 +77,16 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, err: err}
 		return p
 	}
+	meters := 0
+	for _, r := range rules {
+		if r.limiter != nil && r.limiter.CanReserveAhead() {
+			meters++
+		}
+	}
 	for _, group := range [3]func(*Rule) bool{
 		func(r *Rule) bool { return r.conc != nil },
-		func(r *Rule) bool { return r.limiter != nil && !r.limiter.CanReserveAhead() },
-		func(r *Rule) bool { return r.limiter != nil && r.limiter.CanReserveAhead() },
+		func(r *Rule) bool { return r.limiter != nil && (!r.limiter.CanReserveAhead() || meters > 1) },
+		func(r *Rule) bool { return r.limiter != nil && r.limiter.CanReserveAhead() && meters == 1 },
 	} {
 		for i, r := range rules {
 			if !group(r) {
@@ -87,8 +104,19 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 				}
 				p.leases = append(p.leases, lease)
 				p.degraded = p.degraded || lease.Degraded()
-			case r.limiter.CanReserveAhead():
+			case r.limiter.CanReserveAhead() && meters == 1:
 				res, err := t.reserveAhead(ctx, r, key, tk.ticket)
+				if err != nil {
+					return refuse(r, key, unavailableBackoff, err)
+				}
+				if !res.OK {
+					return refuse(r, key, res.RetryAfter, nil)
+				}
+				p.add(booking{res, r, key})
+			case r.limiter.CanReserveAhead() && tk.ticket != "":
+				// Claim the task's booking, or take the present.
+				p.presentOnly = true
+				res, err := r.limiter.ReserveFor(ctx, key, throttle.Ticket{ID: tk.ticket}, 1, 0)
 				if err != nil {
 					return refuse(r, key, unavailableBackoff, err)
 				}

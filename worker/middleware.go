@@ -112,6 +112,17 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 		p := t.tryPass(ctx, tk, rules)
 		if p.refused == nil {
 			budget := t.inlineBudget(ctx, tk, p.reused, started)
+			if p.delay > 0 && p.delay <= budget && p.presentOnly {
+				// Wait for the claimed slot without holding what was taken
+				// for now; take it again then.
+				p.giveBack(ctx, time.Nanosecond)
+				if err := sleep(ctx, p.delay); err != nil {
+					p.giveBack(ctx, 0)
+					return nil, err
+				}
+				slept += p.delay
+				continue
+			}
 			if p.delay <= budget {
 				if err := sleep(ctx, p.delay); err != nil {
 					p.giveBack(ctx, 0)

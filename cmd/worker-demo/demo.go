@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/scheduler"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+	"github.com/redis/go-redis/v9"
+)
+
+// tenants and their share of the partner calls.
+var tenants = []struct {
+	name  string
+	share int // percent
+}{{"acme", 50}, {"globex", 30}, {"initech", 20}}
+
+// batchTenant is the tenant whose customers the nightly batch re-syncs.
+const batchTenant = "initech"
+
+// payload is what every task carries.
+type payload struct {
+	Tenant string `json:"tenant,omitempty"`
+	Batch  bool   `json:"batch,omitempty"`
+}
+
+// demo is the running fleet and what it has seen.
+type demo struct {
+	opts      options
+	mini      *miniredis.Miniredis
+	rdb       redis.UniversalClient
+	prefix    string
+	queue     string
+	partner   *partnerAPI
+	servers   []*asynq.Server
+	sched     *scheduler.Scheduler
+	inspector *asynq.Inspector
+	started   time.Time
+	finished  chan struct{}
+
+	expected map[string]int // tenant → tasks calling the partner
+	exports  atomic.Int32   // running now
+	mostExp  atomic.Int32   // most running at once
+
+	mu        sync.Mutex
+	runs      map[string]int // task ID → times run
+	ranBy     map[string]int // tenant (or "exports") → tasks done
+	tenantOf  map[string]string
+	waited    map[string]int // tenant → tasks that waited inline
+	resched   map[string]int // tenant → reschedules
+	gaveUp    int
+	undecided int
+	closeOnce sync.Once
+}
+
+func startDemo(opts options) (*demo, error) {
+	d := &demo{
+		opts: opts, started: time.Now(), finished: make(chan struct{}),
+		expected: map[string]int{}, runs: map[string]int{}, ranBy: map[string]int{}, tenantOf: map[string]string{},
+		waited: map[string]int{}, resched: map[string]int{},
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	d.prefix = "jtdemo:" + hex.EncodeToString(id[:]) + ":"
+	d.queue = "demo-" + hex.EncodeToString(id[:])
+	if opts.redisAddr == "" {
+		d.mini = miniredis.NewMiniRedis()
+		if err := d.mini.Start(); err != nil {
+			return nil, fmt.Errorf("starting the embedded Redis: %w", err)
+		}
+		opts.redisAddr = d.mini.Addr()
+	}
+	d.rdb = redis.NewClient(&redis.Options{Addr: opts.redisAddr})
+	if err := d.rdb.Ping(context.Background()).Err(); err != nil {
+		d.stop()
+		return nil, fmt.Errorf("Redis at %s: %w", opts.redisAddr, err)
+	}
+	d.inspector = asynq.NewInspectorFromRedisClient(d.rdb)
+	d.partner = newPartnerAPI()
+	th, err := d.throttler()
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	for range opts.servers {
+		cfg := asynq.Config{Concurrency: opts.concurrency, Queues: map[string]int{d.queue: 1}, LogLevel: asynq.FatalLevel, ShutdownTimeout: 2 * time.Second}
+		th.Configure(&cfg)
+		srv := asynq.NewServerFromRedisClient(d.rdb, cfg)
+		if err := srv.Start(th.Middleware(d.handler())); err != nil {
+			d.stop()
+			return nil, err
+		}
+		d.servers = append(d.servers, srv)
+	}
+	if err := d.enqueue(th); err != nil {
+		d.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// throttler builds the fleet's rules: each tenant's rate and the overall
+// rate on partner calls, and the cap on exports.
+func (d *demo) throttler() (*worker.Throttler, error) {
+	prefix := throttle.WithPrefix(d.prefix)
+	perTenant, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.tenantRate), prefix)
+	if err != nil {
+		return nil, err
+	}
+	overall, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.overallRate), prefix)
+	if err != nil {
+		return nil, err
+	}
+	exports, err := throttle.NewConcurrencyLimiter(d.rdb, throttle.Concurrency{Limit: d.opts.exportCap, Lease: 10 * time.Second}, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(d.rdb, []worker.Rule{
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant"))),
+		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("partner-api"))),
+		worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("exports"))),
+	}, worker.WithPrefix(d.prefix), worker.WithObserver(worker.ObserverFunc(d.observe)))
+}
+
+// enqueue puts the work in: a backlog of partner calls, the exports, and a
+// scheduler entry whose first tick paces the nightly batch.
+func (d *demo) enqueue(th *worker.Throttler) error {
+	client := asynq.NewClientFromRedisClient(d.rdb)
+	add := func(typ string, p payload) error {
+		body, _ := json.Marshal(p)
+		info, err := client.Enqueue(asynq.NewTask(typ, body), asynq.Queue(d.queue))
+		if err != nil {
+			return fmt.Errorf("enqueueing: %w", err)
+		}
+		d.mu.Lock()
+		d.tenantOf[info.ID] = p.Tenant
+		d.mu.Unlock()
+		return nil
+	}
+	for i := range d.opts.tasks {
+		// Interleave the tenants by their shares.
+		tenant := tenants[len(tenants)-1].name
+		for slot, t := i%100, 0; t < len(tenants); t++ {
+			if slot < tenants[t].share {
+				tenant = tenants[t].name
+				break
+			}
+			slot -= tenants[t].share
+		}
+		d.expected[tenant]++
+		if err := add("partner:sync", payload{Tenant: tenant}); err != nil {
+			return err
+		}
+	}
+	for range d.opts.exports {
+		if err := add("export:run", payload{}); err != nil {
+			return err
+		}
+	}
+	d.expected[batchTenant] += d.opts.batch
+	if d.opts.batch == 0 {
+		return nil
+	}
+	sched, err := scheduler.New(d.rdb, scheduler.WithPrefix(d.prefix), scheduler.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return err
+	}
+	var fired atomic.Bool
+	err = sched.Add("nightly-resync", "@every 2s", scheduler.Batch(func(ctx context.Context) ([]*asynq.Task, error) {
+		if fired.Swap(true) {
+			return nil, nil // the demo's night has one batch
+		}
+		batch := make([]*asynq.Task, d.opts.batch)
+		for i := range batch {
+			body, _ := json.Marshal(payload{Tenant: batchTenant, Batch: true})
+			batch[i] = asynq.NewTask("partner:sync", body)
+		}
+		return batch, nil
+	}), scheduler.PacedBy(th), scheduler.TaskOptions(asynq.Queue(d.queue)))
+	if err != nil {
+		return err
+	}
+	d.sched = sched
+	return sched.Start()
+}
+
+// handler is the fleet's task handler: a partner call, or an export.
+func (d *demo) handler() asynq.Handler {
+	httpClient := &http.Client{Timeout: 10 * time.Second}
+	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		var p payload
+		_ = json.Unmarshal(task.Payload(), &p)
+		switch task.Type() {
+		case "partner:sync":
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.partner.URL, nil)
+			req.Header.Set("X-Tenant", p.Tenant)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		case "export:run":
+			now := d.exports.Add(1)
+			for m := d.mostExp.Load(); now > m && !d.mostExp.CompareAndSwap(m, now); m = d.mostExp.Load() {
+			}
+			time.Sleep(300 * time.Millisecond)
+			d.exports.Add(-1)
+			p.Tenant = "exports"
+		}
+		d.record(worker.OriginalTaskID(ctx, task), p.Tenant)
+		return nil
+	})
+}
+
+func (d *demo) record(id, tenant string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.runs[id]++
+	d.ranBy[tenant]++
+	if d.doneLocked() {
+		d.closeOnce.Do(func() { close(d.finished) })
+	}
+}
+
+func (d *demo) observe(e worker.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tenant, ok := d.tenantOf[e.TaskID]
+	if !ok && strings.HasPrefix(e.TaskID, "nightly-resync@") {
+		tenant = batchTenant // the scheduler's batch
+	}
+	switch e.Kind {
+	case worker.WaitedInline:
+		d.waited[tenant]++
+	case worker.Rescheduled:
+		d.resched[tenant]++
+	case worker.GaveUp:
+		d.gaveUp++
+	case worker.Failed:
+		d.undecided++
+	}
+}
+
+// done reports whether every task has run.
+func (d *demo) done() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.doneLocked()
+}
+
+func (d *demo) doneLocked() bool {
+	for tenant, n := range d.expected {
+		if d.ranBy[tenant] < n {
+			return false
+		}
+	}
+	return d.ranBy["exports"] >= d.opts.exports
+}
+
+// stop shuts the fleet down and removes what the demo put in Redis.
+func (d *demo) stop() {
+	if d.sched != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.sched.Stop(ctx)
+		cancel()
+	}
+	for _, s := range d.servers {
+		s.Shutdown()
+	}
+	if d.partner != nil {
+		d.partner.Close()
+	}
+	if d.rdb != nil {
+		if d.inspector != nil {
+			_ = d.inspector.DeleteQueue(d.queue, true)
+		}
+		iter := d.rdb.Scan(context.Background(), 0, d.prefix+"*", 1000).Iterator()
+		for iter.Next(context.Background()) {
+			d.rdb.Del(context.Background(), iter.Val())
+		}
+		d.rdb.Close()
+	}
+	if d.mini != nil {
+		d.mini.Close()
+	}
+}

@@ -1,0 +1,138 @@
+// Command worker-demo runs jobthrottle's main job end to end: a small fleet
+// of asynq servers in one process works off tasks of three tenants that call
+// a fake partner API, held to a rate per tenant and overall by the worker
+// middleware, with a nightly batch paced by the scheduler and a concurrency
+// cap on exports. It shows the work live, then checks what it proves: every
+// task processed exactly once, no second above the policy, nothing failed
+// or archived. It exits 0 when the run held the policy, 1 when it did not,
+// and 2 when it could not run.
+//
+// By default it starts an embedded Redis; --redis host:port uses a real one.
+//
+//	go run ./cmd/worker-demo
+//	go run ./cmd/worker-demo --algorithm sliding-log --tasks 400
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// options are the demo's flags.
+type options struct {
+	duration    time.Duration
+	tasks       int
+	batch       int
+	exports     int
+	exportCap   int
+	tenantRate  int
+	overallRate int
+	algorithm   algorithm
+	servers     int
+	concurrency int
+	redisAddr   string
+	plain       bool
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	var parseErr flagError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &parseErr):
+		return 2 // the flag package has said what was wrong
+	case err != nil:
+		fmt.Fprintln(stderr, "worker-demo:", err)
+		return 2
+	}
+	d, err := startDemo(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker-demo:", err)
+		return 2
+	}
+	defer d.stop()
+	view := newView(stdout, opts, d)
+	deadline := time.Now().Add(opts.duration)
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for !d.done() && time.Now().Before(deadline) {
+		view.frame()
+		select {
+		case <-ticker.C:
+		case <-d.finished:
+		}
+	}
+	view.frame()
+	s := d.summarize()
+	s.write(stdout)
+	if !s.held {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var algo string
+	fs := flag.NewFlagSet("worker-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "longest the run may take; the work left at -1 is sized to finish in about half of it")
+	fs.IntVar(&o.tasks, "tasks", -1, "partner calls to enqueue at the start, across three tenants (50%, 30%, 20%); -1: overall-rate × duration / 3")
+	fs.IntVar(&o.batch, "batch", -1, "tasks of the nightly batch the scheduler paces for the third tenant; -1: tenant-rate × duration / 10")
+	fs.IntVar(&o.exports, "exports", 8, "export tasks, each about 300 ms, under the concurrency cap")
+	fs.IntVar(&o.exportCap, "export-cap", 2, "exports allowed to run at once across the fleet")
+	fs.IntVar(&o.tenantRate, "tenant-rate", 10, "partner calls per second allowed per tenant")
+	fs.IntVar(&o.overallRate, "overall-rate", 20, "partner calls per second allowed in all")
+	fs.StringVar(&algo, "algorithm", "gcra", "rate limiting algorithm: "+algorithmNames())
+	fs.IntVar(&o.servers, "servers", 3, "asynq servers in the fleet")
+	fs.IntVar(&o.concurrency, "concurrency", 10, "workers per server")
+	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of the embedded one")
+	fs.BoolVar(&o.plain, "plain", false, "plain output even on a terminal (it is plain when stdout is not one)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: worker-demo [flags]\n\nRuns a fleet of asynq servers held to fleet-wide limits and checks they held.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, flagError{err}
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.algorithm, err = lookupAlgorithm(algo); err != nil {
+		return o, err
+	}
+	if o.duration <= 0 {
+		return o, fmt.Errorf("--duration must be positive, got %s", o.duration)
+	}
+	if o.tasks == -1 {
+		o.tasks = int(float64(o.overallRate) * o.duration.Seconds() / 3)
+	}
+	if o.batch == -1 {
+		o.batch = int(float64(o.tenantRate) * o.duration.Seconds() / 10)
+	}
+	switch {
+	case o.tasks < 0 || o.batch < 0 || o.exports < 0:
+		return o, errors.New("--tasks, --batch and --exports must not be negative (-1 for --tasks and --batch: sized to --duration)")
+	case o.tasks+o.batch+o.exports == 0:
+		return o, errors.New("nothing to do: --tasks, --batch and --exports are all 0")
+	case o.tenantRate < 1 || o.overallRate < 1 || o.exportCap < 1:
+		return o, errors.New("--tenant-rate, --overall-rate and --export-cap must be at least 1")
+	case o.servers < 1 || o.concurrency < 1:
+		return o, errors.New("--servers and --concurrency must be at least 1")
+	}
+	return o, nil
+}
+
+// flagError is a command-line error the flag package has already reported.
+type flagError struct{ error }
