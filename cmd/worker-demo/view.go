@@ -16,7 +16,7 @@ type view struct {
 	opts  options
 	d     *demo
 	live  bool
-	lines int            // lines drawn by the last live frame
+	lines int              // lines drawn by the last live frame
 	rates map[string][]int // per-second partner calls, per tenant ("" for all)
 }
 
