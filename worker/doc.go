@@ -22,7 +22,8 @@
 // first, then rate rules. A rejection by one rule gives back what the
 // others took. Then:
 //
-//   - A task that may run within the inline wait (1 s by default) waits in
+//   - A task that may run within the inline wait (1 s by default; for a
+//     booked slot, at least the time a return through asynq takes) waits in
 //     its handler and runs. asynq cannot bring a task back sooner than about
 //     a second, so short waits are cheapest inline.
 //   - On a TokenBucket or GCRA rule, a task whose turn is further off books

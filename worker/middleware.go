@@ -111,7 +111,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 	for {
 		p := t.tryPass(ctx, tk, rules)
 		if p.refused == nil {
-			budget := t.inlineBudget(ctx, tk, p.reused, started)
+			budget := t.inlineBudget(ctx, tk, p.delay > 0, p.reused, started)
 			if p.delay > 0 && p.delay <= budget && p.presentOnly {
 				// Wait for the claimed slot without holding what was taken
 				// for now; take it again then.
@@ -143,7 +143,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 		}
 		// Wait inline when the rule will say yes soon enough: a window that
 		// turns over, or a concurrency slot polled for with a backoff.
-		budget := t.inlineBudget(ctx, tk, false, started)
+		budget := t.inlineBudget(ctx, tk, false, false, started)
 		wait := r.retryAfter
 		if r.rule.conc != nil && r.err == nil {
 			wait, backoff = min(backoff, r.retryAfter), min(2*backoff, 250*time.Millisecond)
@@ -160,13 +160,19 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 }
 
 // inlineBudget is how long the task may still wait in its handler: the
-// inline wait (plus the lead, for a task back for its own slots), or for a
-// task with no retries left, all the time its deadline allows.
-func (t *Throttler) inlineBudget(ctx context.Context, tk *task, reused bool, started time.Time) time.Duration {
-	budget := t.cfg.inlineWait - time.Since(started)
+// inline wait, or for a task holding a booked slot, at least the lead (sent
+// back, it could not return any sooner; back for its own slot, it may wait
+// the lead more); for a task with no retries left, all the time its
+// deadline allows.
+func (t *Throttler) inlineBudget(ctx context.Context, tk *task, booked, reused bool, started time.Time) time.Duration {
+	budget := t.cfg.inlineWait
+	if booked && budget > 0 {
+		budget = max(budget, t.lead())
+	}
 	if reused {
 		budget += t.lead()
 	}
+	budget -= time.Since(started)
 	deadline, bounded := ctx.Deadline()
 	if tk.last {
 		if !bounded {
