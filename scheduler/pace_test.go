@@ -19,18 +19,12 @@ import (
 // second, burst 1, on "sync" tasks.
 func pacingThrottler(t *testing.T, tg *redistest.Target, rate int, events worker.Observer) *worker.Throttler {
 	t.Helper()
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []worker.Option{worker.WithPrefix(tg.Prefix)}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1})
+	var opts []worker.Option
 	if events != nil {
 		opts = append(opts, worker.WithObserver(events))
 	}
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("partner", worker.Type("sync"), limiter)}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("partner", worker.Type("sync"), limiter)}, opts...)
 	// The scheduler plans around the workers' asynq settings.
 	var cfg asynq.Config
 	th.Configure(&cfg)

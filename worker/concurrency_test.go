@@ -38,10 +38,7 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter)}, worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter)})
 	var running, most atomic.Int32
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
@@ -81,10 +78,7 @@ func TestKilledServerFreesItsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Concurrency("gate", worker.AnyTask(), limiter, worker.KeyBy(worker.Constant("gate")))}, worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("gate", worker.AnyTask(), limiter, worker.KeyBy(worker.Constant("gate")))})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 0, 0, th, nil)
 

@@ -18,16 +18,10 @@ import (
 // ideal 15 s.
 func TestFleetHoldsTheRate(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	var seen asynqtest.Events
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("email", worker.Type("email:send"), limiter)},
-		worker.WithObserver(&seen), worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("email", worker.Type("email:send"), limiter)},
+		worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
 	var ids []string
@@ -55,16 +49,10 @@ func TestFleetHoldsTheRate(t *testing.T) {
 // does not hold back the two small ones.
 func TestTenantsAreHeldApart(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := worker.New(tg.Client, []worker.Rule{
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("tenant", worker.Pattern("partner:*"), limiter, worker.KeyBy(worker.ByPayloadField("tenant"))),
-	}, worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
 	var ids []string
@@ -104,14 +92,8 @@ func TestTenantsAreHeldApart(t *testing.T) {
 // that are throttled still run, once each; none is archived.
 func TestTasksWithoutRetriesAreNeverArchived(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter)}, worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter)})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(0))
 	var ids []string
@@ -130,16 +112,9 @@ func TestTasksWithoutRetriesAreNeverArchived(t *testing.T) {
 // turn; the original is not archived, and the handler sees its ID.
 func TestTasksWithoutRetriesAreHandedOver(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 3 * time.Second}, Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 3 * time.Second}, Burst: 1})
 	var seen asynqtest.Events
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("slow", worker.AnyTask(), limiter)},
-		worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
-	if err != nil {
-		t.Fatal(err)
-	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("slow", worker.AnyTask(), limiter)}, worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 5, th, log.Handler(0))
 	var ids []string

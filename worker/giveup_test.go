@@ -54,14 +54,8 @@ func waitState(t *testing.T, f *asynqtest.Fleet, id string, want asynq.TaskState
 // whole retry budget and is not counted as failed.
 func TestThrottlingUsesNoRetries(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter)}, worker.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter)})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
 	f.Enqueue(t, "sync", nil)
@@ -94,17 +88,11 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 // archives it, with a *GaveUpError message, on the third throttle.
 func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
 	var seen asynqtest.Events
-	th, err := worker.New(tg.Client, []worker.Rule{
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2})),
-	}, worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
 	f.Enqueue(t, "sync", nil)

@@ -13,22 +13,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/examples/internal/embedded"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	// An embedded Redis, so the example needs nothing else. In production:
-	// redis.NewClient(&redis.Options{Addr: "redis:6379"}).
-	mini := miniredis.NewMiniRedis()
-	if err := mini.Start(); err != nil {
-		log.Fatal(err)
-	}
-	defer mini.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	rdb, stop := embedded.Redis() // in production: redis.NewClient(&redis.Options{Addr: "redis:6379"})
+	defer stop()
 
 	// One limit per tenant, shared by the whole fleet: 5 calls a second.
 	perTenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})

@@ -14,19 +14,14 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/jobthrottle/jobthrottle/examples/internal/embedded"
 	"github.com/jobthrottle/jobthrottle/httpthrottle"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	mini := miniredis.NewMiniRedis() // an embedded Redis, for the example
-	if err := mini.Start(); err != nil {
-		log.Fatal(err)
-	}
-	defer mini.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	rdb, stop := embedded.Redis() // in production: redis.NewClient(&redis.Options{Addr: "redis:6379"})
+	defer stop()
 
 	// 3 requests in any 10 seconds per client.
 	limiter, err := throttle.New(rdb, throttle.SlidingLog{Limit: 3, Window: 10 * time.Second})

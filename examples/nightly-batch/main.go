@@ -15,21 +15,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/examples/internal/embedded"
 	"github.com/jobthrottle/jobthrottle/scheduler"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	mini := miniredis.NewMiniRedis() // an embedded Redis, for the example
-	if err := mini.Start(); err != nil {
-		log.Fatal(err)
-	}
-	defer mini.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	rdb, stop := embedded.Redis() // in production: redis.NewClient(&redis.Options{Addr: "redis:6379"})
+	defer stop()
 
 	// The workers' rule: 20 partner syncs a second.
 	limiter, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})

@@ -15,19 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/jobthrottle/jobthrottle/examples/internal/embedded"
 	"github.com/jobthrottle/jobthrottle/httpthrottle"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	mini := miniredis.NewMiniRedis() // an embedded Redis, for the example
-	if err := mini.Start(); err != nil {
-		log.Fatal(err)
-	}
-	defer mini.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	rdb, stop := embedded.Redis() // in production: redis.NewClient(&redis.Options{Addr: "redis:6379"})
+	defer stop()
 
 	// A fake partner: its fourth call is answered 429, Retry-After: 1.
 	var calls atomic.Int32

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
@@ -215,4 +216,26 @@ func (e *Events) Count(k worker.EventKind) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.byKind[k]
+}
+
+// NewLimiter returns a limiter of policy on a connection pool of its own to
+// the target, under the target's key prefix.
+func NewLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy) *throttle.Limiter {
+	t.Helper()
+	l, err := throttle.New(tg.NewClient(t), p, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// NewThrottler returns a Throttler of rules on the target, under its key
+// prefix.
+func NewThrottler(t testing.TB, tg *redistest.Target, rules []worker.Rule, opts ...worker.Option) *worker.Throttler {
+	t.Helper()
+	th, err := worker.New(tg.Client, rules, append([]worker.Option{worker.WithPrefix(tg.Prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
 }
