@@ -39,6 +39,7 @@ func (p Concurrency) Heartbeat() time.Duration { return p.Lease / 3 }
 // Concurrency script modes (ARGV[1]).
 const (
 	modeAcquire = "0"
+	modeCount   = "1"
 	modeRelease = "2"
 	modeRenew   = "3"
 )
@@ -110,7 +111,7 @@ func (c *ConcurrencyLimiter) Peek(ctx context.Context, key string) (Result, erro
 	if err := validRequest(key, 1, c.policy.Limit); err != nil {
 		return Result{}, err
 	}
-	reply, err := c.run(ctx, modePeek, key, "")
+	reply, err := c.run(ctx, modeCount, key, "")
 	if err != nil {
 		return Result{}, c.unavailable(ctx, err)
 	}
@@ -127,7 +128,7 @@ func (c *ConcurrencyLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // run runs the concurrency script for one holder of key.
-func (c *ConcurrencyLimiter) run(ctx context.Context, mode, key, holder string) ([]int64, error) {
+func (c *ConcurrencyLimiter) run(ctx context.Context, mode, key, holder string) (reply, error) {
 	args := append([]any{mode, holder}, c.params...)
 	return c.eval(ctx, concurrencyScript, []string{c.Key(key)}, args)
 }

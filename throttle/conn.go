@@ -37,28 +37,61 @@ func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
 	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client)}, nil
 }
 
+// reply is a script's integer reply, up to eight values, kept off the heap.
+type reply struct {
+	v [8]int64
+	n int
+}
+
 // eval runs a decision script on keys with the given arguments under the
 // timeout and returns its integer reply, which has at least five values.
-func (c *conn) eval(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
-	reply, err := c.evalAny(ctx, script, keys, args)
-	if err == nil && len(reply) < 5 {
-		err = fmt.Errorf("script returned %d values, want 5 or more", len(reply))
+func (c *conn) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
+	r, err := c.evalAny(ctx, script, keys, args)
+	if err == nil && r.n < 5 {
+		err = fmt.Errorf("script returned %d values, want 5 or more", r.n)
 	}
-	return reply, err
+	return r, err
 }
 
 // evalAny runs a script under the timeout and returns its integer reply.
-func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
-	var reply []int64
+func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
+	if c.cfg.timeout <= 0 {
+		return runScript(ctx, c.client, script, keys, args)
+	}
+	var r reply
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		reply, err = script.Run(ctx, c.client, keys, args...).Int64Slice()
+		r, err = runScript(ctx, c.client, script, keys, args)
 		return err
 	})
+	return r, err
+}
+
+// runScript runs a script (EVALSHA, EVAL when Redis does not know it) and
+// reads its integer reply.
+func runScript(ctx context.Context, client redis.UniversalClient, script *redis.Script, keys []string, args []any) (reply, error) {
+	values, err := script.Run(ctx, client, keys, args...).Slice()
 	if err != nil {
-		return nil, err
+		return reply{}, err
 	}
-	return reply, nil
+	return replyFrom(values)
+}
+
+// replyFrom reads a script's reply of integers.
+func replyFrom(values []any) (reply, error) {
+	var r reply
+	if len(values) > len(r.v) {
+		return reply{}, fmt.Errorf("script returned %d values, want at most %d", len(values), len(r.v))
+	}
+	for i, v := range values {
+		n, ok := v.(int64)
+		if !ok {
+			return reply{}, fmt.Errorf("script returned %T at %d, want an integer", v, i)
+		}
+		r.v[i] = n
+	}
+	r.n = len(values)
+	return r, nil
 }
 
 // call runs one Redis exchange under the configured timeout. go-redis
@@ -151,14 +184,14 @@ func validRequest(key string, n, capacity int) error {
 }
 
 // resultOf converts a script's reply to a Result.
-func resultOf(reply []int64, limit int) Result {
+func resultOf(r reply, limit int) Result {
 	return Result{
-		Allowed:    reply[0] == 1,
+		Allowed:    r.v[0] == 1,
 		Limit:      limit,
-		Remaining:  int(reply[1]),
-		RetryAfter: micros(reply[2]),
-		ResetAfter: micros(reply[3]),
-		serverTime: reply[4],
+		Remaining:  int(r.v[1]),
+		RetryAfter: micros(r.v[2]),
+		ResetAfter: micros(r.v[3]),
+		serverTime: r.v[4],
 	}
 }
 

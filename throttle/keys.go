@@ -22,7 +22,15 @@ func Tag(s string) string {
 // braces are the hash tag: Redis Cluster places the key by the caller key
 // alone, so every key of one caller key lives in one slot.
 func redisKey(prefix, id, callerKey string) string {
-	return prefix + id + ":" + Tag(callerKey)
+	return redisKeyWith(prefix, id, callerKey, "")
+}
+
+// redisKeyWith is redisKey followed by suffix, built in one allocation.
+func redisKeyWith(prefix, id, callerKey, suffix string) string {
+	if strings.ContainsAny(callerKey, "%{}") {
+		callerKey = keyEscaper.Replace(callerKey)
+	}
+	return prefix + id + ":{" + callerKey + "}" + suffix
 }
 
 // ticketKey returns the key of a caller's ticket beside a state key: in the
@@ -35,6 +43,8 @@ func ticketKey(stateKey, ticket string) string {
 	return stateKey + ":t:" + ticket
 }
 
-// blockKey returns the key of a state key's block (see BlockFor), in the
-// same Cluster slot.
-func blockKey(stateKey string) string { return stateKey + ":block" }
+// blockSuffix turns a state key into the key of its block (see BlockFor),
+// in the same Cluster slot.
+const blockSuffix = ":block"
+
+func blockKey(stateKey string) string { return stateKey + blockSuffix }

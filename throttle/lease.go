@@ -72,7 +72,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		switch {
 		case err != nil:
 			l.releaseErr = l.limiter.unavailable(ctx, err)
-		case reply[0] == 0:
+		case reply.v[0] == 0:
 			l.markLost()
 			l.releaseErr = fmt.Errorf("%w: the lease on %q had run out before Release", ErrLeaseLost, l.key)
 		}
@@ -96,7 +96,7 @@ func (l *Lease) renew(every, lease time.Duration) {
 		reply, err := l.limiter.run(ctx, modeRenew, l.key, l.holder)
 		cancel()
 		switch {
-		case err == nil && reply[0] == 1:
+		case err == nil && reply.v[0] == 1:
 			renewed = time.Now()
 		case err == nil || time.Since(renewed) >= lease:
 			// Gone from Redis, or unrenewed for a whole lease: either way

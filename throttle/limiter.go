@@ -21,6 +21,7 @@ type Limiter struct {
 	conn
 	policy Policy
 	spec   spec
+	denied *denyCache // nil unless WithDenyCache
 }
 
 // New returns a Limiter that applies p through client, which may be a
@@ -32,6 +33,7 @@ type Limiter struct {
 //	WithPrefix(s)          "throttle:"   start of every Redis key
 //	WithTimeout(d)         0 (none)      bound on each decision
 //	WithFailurePolicy(p)   FailClosed    what to do when Redis cannot answer
+//	WithDenyCache(size)    0 (off)       answer repeated rejections locally
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
@@ -45,7 +47,11 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{conn: c, policy: p, spec: p.spec()}, nil
+	l := &Limiter{conn: c, policy: p, spec: p.spec()}
+	if c.cfg.denyCache > 0 {
+		l.denied = newDenyCache(c.cfg.denyCache)
+	}
+	return l, nil
 }
 
 // Policy returns the policy the Limiter applies.
@@ -84,6 +90,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
+	if l.denied != nil {
+		l.denied.forget(key)
+	}
 	state := l.Key(key)
 	return l.del(ctx, state, blockKey(state))
 }
@@ -103,7 +112,11 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 	if d <= 0 || d > maxSpan {
 		return fmt.Errorf("%w: a block lasts from 1µs to %s, got %s", ErrInvalidDelay, maxSpan, d)
 	}
-	_, err := l.block(ctx, key, max(1, d.Microseconds()))
+	left, err := l.block(ctx, key, max(1, d.Microseconds()))
+	if err == nil && l.denied != nil {
+		now := time.Now()
+		l.denied.remember(key, 1, Result{RetryAfter: left, ResetAfter: left}, now)
+	}
 	return err
 }
 
@@ -120,19 +133,25 @@ func (l *Limiter) BlockedFor(ctx context.Context, key string) (time.Duration, er
 // returns how long the block holds.
 func (l *Limiter) block(ctx context.Context, key string, us int64) (time.Duration, error) {
 	reply, err := l.evalAny(ctx, blockScript, []string{blockKey(l.Key(key))}, []any{itoa(us)})
-	if err == nil && len(reply) < 1 {
-		err = fmt.Errorf("block script returned %d values", len(reply))
+	if err == nil && reply.n < 1 {
+		err = fmt.Errorf("block script returned %d values", reply.n)
 	}
 	if err != nil {
 		return 0, l.unavailable(ctx, err)
 	}
-	return micros(reply[0]), nil
+	return micros(reply.v[0]), nil
 }
 
 // decide validates a request and runs the policy's script for it.
-func (l *Limiter) decide(ctx context.Context, mode, key string, n int) (Result, error) {
+func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Result, error) {
 	if err := validRequest(key, n, l.spec.capacity); err != nil {
 		return Result{}, err
+	}
+	cached := mode == modeTake && l.denied != nil
+	if cached {
+		if r, ok := l.denied.lookup(key, n, l.spec.capacity, time.Now()); ok {
+			return r, nil
+		}
 	}
 	reply, err := l.run(ctx, mode, key, n)
 	if err != nil {
@@ -141,31 +160,71 @@ func (l *Limiter) decide(ctx context.Context, mode, key string, n int) (Result, 
 		}
 		return Result{}, l.unavailable(ctx, err)
 	}
-	return resultOf(reply, l.spec.capacity), nil
+	r := resultOf(reply, l.spec.capacity)
+	if cached {
+		l.note(key, n, r)
+	}
+	return r, nil
+}
+
+// note keeps a rejection in the deny cache, or drops the key's entry after
+// an admission.
+func (l *Limiter) note(key string, n int, r Result) {
+	if r.Allowed {
+		l.denied.forget(key)
+	} else {
+		l.denied.remember(key, n, r, time.Now())
+	}
 }
 
 // run runs the policy's script for key: ARGV is the mode, n, the policy's
 // parameters, then extra.
-func (l *Limiter) run(ctx context.Context, mode, key string, n int, extra ...string) ([]int64, error) {
+func (l *Limiter) run(ctx context.Context, mode int, key string, n int, extra ...string) (reply, error) {
 	return l.runTicket(ctx, mode, key, "", n, extra...)
 }
 
-// runTicket is run with a ticket key as KEYS[2] when ticket is not empty.
-func (l *Limiter) runTicket(ctx context.Context, mode, key, ticket string, n int, extra ...string) ([]int64, error) {
-	args := make([]any, 0, 2+len(l.spec.params)+len(extra))
-	args = append(args, mode, strconv.Itoa(n))
-	for _, p := range l.spec.params {
-		args = append(args, p)
-	}
-	for _, e := range extra {
-		args = append(args, e)
-	}
-	stateKey := l.Key(key)
-	keys := []string{stateKey, blockKey(stateKey)}
-	if ticket != "" {
-		keys = append(keys, ticketKey(stateKey, ticket))
-	}
+// runTicket is run with a ticket key as KEYS[3] when ticket is not empty.
+// It allocates what it must and no more: the arguments are boxed once per
+// policy (spec.args) and per small n (boxedN), and the state and block keys
+// share one string.
+func (l *Limiter) runTicket(ctx context.Context, mode int, key, ticket string, n int, extra ...string) (reply, error) {
+	keys, args := l.scriptArgs(mode, key, ticket, n, extra...)
 	return l.eval(ctx, l.spec.script, keys, args)
+}
+
+// scriptArgs returns the keys and arguments of one call of the policy's
+// script.
+func (l *Limiter) scriptArgs(mode int, key, ticket string, n int, extra ...string) ([]string, []any) {
+	args := make([]any, 2+len(l.spec.args)+len(extra))
+	args[0] = modeArgs[mode]
+	args[1] = boxedN(n)
+	copy(args[2:], l.spec.args)
+	for i, e := range extra {
+		args[2+len(l.spec.args)+i] = e
+	}
+	stateAndBlock := redisKeyWith(l.cfg.prefix, l.spec.id, key, blockSuffix)
+	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
+	keys := []string{state, stateAndBlock}
+	if ticket != "" {
+		keys = append(keys, ticketKey(state, ticket))
+	}
+	return keys, args
+}
+
+// smallN holds the decimal forms of small unit counts, boxed once.
+var smallN = func() (boxed [256]any) {
+	for i := range boxed {
+		boxed[i] = strconv.Itoa(i)
+	}
+	return boxed
+}()
+
+// boxedN returns n's decimal form as a script argument.
+func boxedN(n int) any {
+	if n >= 0 && n < len(smallN) {
+		return smallN[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // micros converts a script's microseconds to a Duration.

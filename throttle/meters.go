@@ -87,7 +87,7 @@ func meterSpec(kind string, script *redis.Script, rate Rate, capacity int) spec 
 		id:       fmt.Sprintf("%s:%s:%d", kind, rate, capacity),
 		script:   script,
 		capacity: capacity,
-		params:   []string{itoa(int64(capacity)), itoa(num), itoa(den)},
+		args:     boxArgs(itoa(int64(capacity)), itoa(num), itoa(den)),
 		den:      den,
 	}
 }

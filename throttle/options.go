@@ -22,9 +22,10 @@ const DefaultPrefix = "throttle:"
 // config holds the options; its zero value is not the default, see
 // defaultConfig.
 type config struct {
-	prefix  string
-	timeout time.Duration
-	failure FailurePolicy
+	prefix    string
+	timeout   time.Duration
+	failure   FailurePolicy
+	denyCache int
 }
 
 func defaultConfig() config {
@@ -92,6 +93,24 @@ func WithFailurePolicy(p FailurePolicy) Option {
 			return fmt.Errorf("%w: unknown failure policy %d", ErrInvalidOption, int(p))
 		}
 		c.failure = p
+		return nil
+	})
+}
+
+// WithDenyCache keeps, in this process, the rejections Redis has given for
+// up to size keys, and answers further requests for a rejected key locally
+// (Result.Cached) until the rejection's RetryAfter has passed, without
+// asking Redis. It can only deny what Redis already denied, so it never
+// over-admits: under a flood of requests on an over-limit key, only the
+// first in each wait goes to Redis. The price is that capacity freed early
+// for that key (a Reset or Cancel in another process) is seen only when the
+// wait ends. Default: 0, off.
+func WithDenyCache(size int) Option {
+	return optionFunc(func(c *config) error {
+		if size < 0 {
+			return fmt.Errorf("%w: deny cache size must not be negative, got %d", ErrInvalidOption, size)
+		}
+		c.denyCache = size
 		return nil
 	})
 }

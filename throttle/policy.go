@@ -34,18 +34,30 @@ type spec struct {
 	script *redis.Script
 	// capacity is the most units one request may ask for, and Result.Limit.
 	capacity int
-	// params are the script's arguments after mode and n.
-	params []string
+	// args are the script's arguments after mode and n, boxed once.
+	args []any
 	// den is the meters' tick: 1/den of a microsecond; 0 for windows.
 	den int64
 	// reservable reports whether the script books future slots (Reserve).
 	reservable bool
 }
 
-// Script arguments for the mode (ARGV[1]), as common.lua defines them.
+// Script modes (ARGV[1]), as common.lua defines them; modeArgs holds
+// their arguments, boxed once.
 const (
-	modeTake    = "0"
-	modePeek    = "1"
-	modeReserve = "2"
-	modeCancel  = "3"
+	modeTake = iota
+	modePeek
+	modeReserve
+	modeCancel
 )
+
+var modeArgs = [...]any{modeTake: "0", modePeek: "1", modeReserve: "2", modeCancel: "3"}
+
+// boxArgs boxes a policy's script arguments once.
+func boxArgs(params ...string) []any {
+	args := make([]any, len(params))
+	for i, p := range params {
+		args[i] = p
+	}
+	return args
+}

@@ -150,13 +150,13 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 		res.RetryAfter = r.RetryAfter
 		return res, nil
 	}
-	if len(reply) < 7 {
-		return nil, l.unavailable(ctx, fmt.Errorf("script returned %d values for a booking, want 7", len(reply)))
+	if reply.n < 7 {
+		return nil, l.unavailable(ctx, fmt.Errorf("script returned %d values for a booking, want 7", reply.n))
 	}
 	res.Delay, res.StartAt = r.RetryAfter, received.Add(r.RetryAfter)
-	res.undo = [2]int64{reply[5], reply[6]}
-	res.Reused = len(reply) > 7 && reply[7] == 1
-	res.serverTime, res.serverStart = r.serverTime, r.serverTime+reply[2]
+	res.undo = [2]int64{reply.v[5], reply.v[6]}
+	res.Reused = reply.n > 7 && reply.v[7] == 1
+	res.serverTime, res.serverStart = r.serverTime, r.serverTime+reply.v[2]
 	res.Slot = time.UnixMicro(res.serverStart)
 	return res, nil
 }

@@ -18,8 +18,9 @@ import (
 
 // commandCounter counts the commands a client sends, by name.
 type commandCounter struct {
-	mu    sync.Mutex
-	count map[string]int
+	mu        sync.Mutex
+	count     map[string]int
+	pipelines atomic.Int32
 }
 
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -34,7 +35,12 @@ func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+			c.pipelines.Add(1) // not the connection's own set-up
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func (c *commandCounter) total() (n int) {

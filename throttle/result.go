@@ -31,6 +31,11 @@ type Result struct {
 	// request is allowed, and only Allowed and Limit are meaningful.
 	Degraded bool
 
+	// Cached reports a rejection answered in this process from one Redis
+	// gave earlier (see [WithDenyCache]): RetryAfter is the time left of
+	// that rejection and Remaining is 0.
+	Cached bool
+
 	// serverTime is the Redis clock, in Unix microseconds, at which the
 	// script decided; 0 when Degraded.
 	serverTime int64

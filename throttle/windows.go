@@ -73,7 +73,7 @@ func (p SlidingWindow) Validate() error {
 
 func (p SlidingWindow) spec() spec {
 	s := windowSpec("sw", slidingWindowScript, p.Limit, p.Window)
-	s.params = append(s.params, itoa(weightUnit(p.Window)))
+	s.args = append(s.args, itoa(weightUnit(p.Window)))
 	return s
 }
 
@@ -99,6 +99,6 @@ func windowSpec(kind string, script *redis.Script, limit int, window time.Durati
 		id:       fmt.Sprintf("%s:%d/%s", kind, limit, window),
 		script:   script,
 		capacity: limit,
-		params:   []string{itoa(int64(limit)), itoa(window.Microseconds())},
+		args:     boxArgs(itoa(int64(limit)), itoa(window.Microseconds())),
 	}
 }

@@ -1,0 +1,101 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Request is one decision of a batch: N units for Key.
+type Request struct {
+	Key string
+	N   int
+}
+
+// AllowMany decides many requests at once, each exactly as AllowN would,
+// in one pipelined round trip to Redis (on a Cluster, one per node
+// involved), in order: results[i] answers requests[i]. Requests for the same
+// key are decided one after another, in order. Use it where many decisions
+// are due together, such as a bulk enqueue. Any invalid request fails the
+// whole batch before anything is sent. When Redis cannot answer, the
+// failure policy decides for the whole batch.
+func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	for i, req := range requests {
+		if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	results := make([]Result, len(requests))
+	var pending []int // requests that go to Redis
+	now := time.Now()
+	for i, req := range requests {
+		if l.denied != nil {
+			if r, ok := l.denied.lookup(req.Key, req.N, l.spec.capacity, now); ok {
+				results[i] = r
+				continue
+			}
+		}
+		pending = append(pending, i)
+	}
+	if len(pending) == 0 {
+		return results, nil
+	}
+	var cmds []*redis.Cmd
+	err := l.call(ctx, func(ctx context.Context) error {
+		var err error
+		cmds, err = l.pipeline(ctx, requests, pending)
+		return err
+	})
+	for j, i := range pending {
+		var r reply
+		if err == nil {
+			r, err = replyOf(cmds[j])
+		}
+		if err != nil {
+			if l.failOpen(ctx) {
+				for _, i := range pending {
+					results[i] = Result{Allowed: true, Limit: l.spec.capacity, Degraded: true}
+				}
+				return results, nil
+			}
+			return nil, l.unavailable(ctx, err)
+		}
+		results[i] = resultOf(r, l.spec.capacity)
+		if l.denied != nil {
+			l.note(requests[i].Key, requests[i].N, results[i])
+		}
+	}
+	return results, nil
+}
+
+// pipeline sends the pending requests' scripts in one pipeline. A Redis
+// that does not know the script yet answers NOSCRIPT to all of them: the
+// script is then loaded and the pipeline sent again.
+func (l *Limiter) pipeline(ctx context.Context, requests []Request, pending []int) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := l.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			keys, args := l.scriptArgs(modeTake, requests[i].Key, "", requests[i].N)
+			cmds[j] = l.spec.script.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, err := pipe.Exec(ctx)
+		if err == nil || attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return cmds, nil // errors are read per command
+		}
+		if err := l.spec.script.Load(ctx, l.client).Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// replyOf reads one pipelined script's integer reply.
+func replyOf(cmd *redis.Cmd) (reply, error) {
+	values, err := cmd.Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	return replyFrom(values)
+}
