@@ -16,15 +16,7 @@ local MODE_TAKE = 0
 local MODE_PEEK = 1
 local MODE_RESERVE = 2 -- meters only: book a later slot, up to a longest delay
 local MODE_CANCEL = 3  -- meters only: give a reservation's units back
-
--- numeric_argv returns every ARGV converted to a number, in order.
-local function numeric_argv()
-  local values = {}
-  for i = 1, #ARGV do
-    values[i] = tonumber(ARGV[i])
-  end
-  return unpack(values)
-end
+local MODE_BLOCK = 4   -- meters only: admit nothing for a while (see block.lua)
 
 -- server_now returns the Redis server's clock in microseconds.
 local function server_now()
@@ -32,21 +24,19 @@ local function server_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- floor_div returns floor(a / b) for integers a and b > 0, exactly, even where
--- the division a / b rounds to the neighbouring integer.
+-- floor_div returns floor(a / b) for integers |a| < 2^53 and b >= 1. The
+-- division is exact enough: were a / b just below an integer q, it would be
+-- at least 1/b below it, while its rounding error is at most q * 2^-53, less
+-- than 1/b since q * b is about |a| < 2^53; so math.floor never rounds up
+-- onto q. Package throttle keeps every value the scripts divide below 2^53.
 local function floor_div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
+  return math.floor(a / b)
 end
 
--- ceil_div returns ceil(a / b) for integers a and b > 0.
+-- ceil_div returns ceil(a / b) for integers |a| < 2^53 and b >= 1 (exact,
+-- as for floor_div).
 local function ceil_div(a, b)
-  return -floor_div(-a, b)
+  return math.ceil(a / b)
 end
 
 -- int formats an integer-valued number without losing digits.
@@ -61,8 +51,9 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
--- blocked_for returns how long the block at key (KEYS[2] of every
--- limiter script, see block.lua) still holds, in microseconds; 0 if none.
+-- blocked_for returns how long the block at key (KEYS[2] of the window
+-- scripts and the leaky bucket, see block.lua) still holds, in
+-- microseconds; 0 if none.
 local function blocked_for(key, now)
   local until_us = redis.call('GET', key)
   if until_us then
@@ -71,28 +62,40 @@ local function blocked_for(key, now)
   return 0
 end
 
--- load_state reads a ':'-joined integer state; nil when the key is absent.
+-- load_state reads a state of up to three ':'-joined integers; nil when the
+-- key is absent. It splits with string.find rather than an iterator, as it
+-- runs on every call.
 local function load_state(key)
   local raw = redis.call('GET', key)
   if not raw then
     return nil
   end
   local fields = {}
-  for part in string.gmatch(raw, '[^:]+') do
-    fields[#fields + 1] = tonumber(part)
+  local from = 1
+  for i = 1, 3 do
+    local colon = string.find(raw, ':', from, true)
+    if not colon then
+      fields[i] = tonumber(string.sub(raw, from))
+      return fields
+    end
+    fields[i] = tonumber(string.sub(raw, from, colon - 1))
+    from = colon + 1
   end
   return fields
 end
 
--- store_state writes the integers joined by ':' with an expiry of ttl_us.
-local function store_state(key, ttl_us, ...)
-  local fields = {...}
-  for i = 1, #fields do
-    fields[i] = int(fields[i])
+-- store_state writes one to three integers joined by ':' with an expiry of
+-- ttl_us.
+local function store_state(key, ttl_us, a, b, c)
+  local value = int(a)
+  if b then
+    value = value .. ':' .. int(b)
   end
-  redis.call('SET', key, table.concat(fields, ':'), 'PX', ttl_ms(ttl_us))
+  if c then
+    value = value .. ':' .. int(c)
+  end
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
 end
-
 
 -- Instants. The meters store one instant per key: a microsecond, plus a
 -- remainder in ticks of 1/den microsecond when the rate's interval is not a
@@ -101,11 +104,19 @@ end
 -- ticks_until returns how many ticks from now until the instant stored at
 -- key; 0 when it is absent or has passed.
 local function ticks_until(key, now, den)
-  local state = load_state(key)
-  if state and state[1] >= now then
-    return (state[1] - now) * den + (state[2] or 0)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return 0
   end
-  return 0
+  local colon = string.find(raw, ':', 1, true)
+  local at, rest = tonumber(raw), 0
+  if colon then
+    at, rest = tonumber(string.sub(raw, 1, colon - 1)), tonumber(string.sub(raw, colon + 1))
+  end
+  if at < now then
+    return 0
+  end
+  return (at - now) * den + rest
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a
@@ -131,7 +142,7 @@ end
 -- slot starts when the debt left before it has fallen to the tolerance:
 -- start = end - tolerance, where end is where the booking moved the instant.
 --
--- A ticket key (KEYS[2], optional) remembers one caller's booking, as
+-- A ticket key (optional) remembers one caller's booking, as
 -- "<end us>:<end ticks>:<grace ticks>", until grace after its slot starts:
 -- the same caller asking again by then is given that booking rather than a
 -- new one. The grace is the booking's own, set when it was made.
@@ -178,6 +189,18 @@ local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, m
   local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
   reply[6], reply[7], reply[8] = end_us, end_ticks, 0
   return reply
+end
+
+-- block stops a meter admitting anything for block_us: it moves the debt to
+-- where one unit conforms exactly when the block ends (so later requests and
+-- bookings queue behind it), and records the block's end at block_key for
+-- block.lua's queries. Returns the time the block holds.
+local function block(key, block_key, now, debt, tolerance, per_unit, den, block_us)
+  debt = math.max(debt, block_us * den + tolerance - per_unit)
+  store_instant(key, now, debt, den)
+  local left = math.max(blocked_for(block_key, now), block_us)
+  redis.call('SET', block_key, int(now + left), 'PX', ttl_ms(left))
+  return {1, 0, left, ceil_div(debt, den), now}
 end
 
 -- cancel gives back what it can of an unused booking of cost ticks that

@@ -17,7 +17,9 @@
 --          reset_after_us: until the last current lease runs out
 
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
-local mode, _, limit, lease = numeric_argv()
+local mode = tonumber(ARGV[1])
+local limit = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
 local holder = ARGV[2]
 
 local now = server_now()

@@ -16,7 +16,11 @@
 -- A rejected request writes nothing. Two bursts either side of a boundary can
 -- admit 2 x limit within one window's length: the price of O(1) state.
 
-local mode, n, limit, window, taken_in = numeric_argv()
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local taken_in = tonumber(ARGV[5])
 
 local now = server_now()
 local index = floor_div(now, window)

@@ -19,7 +19,11 @@
 -- The level is kept in ticks of 1/den microsecond of leaking (a drop is num
 -- ticks), so leaking is exact: elapsed microseconds * den ticks drain away.
 
-local mode, n, capacity, num, den = numeric_argv()
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local num = tonumber(ARGV[4])
+local den = tonumber(ARGV[5])
 
 local now = server_now()
 local level = 0

@@ -3,8 +3,9 @@
 //
 // Each algorithm's file opens with a header naming its KEYS, ARGV and
 // return value. [Common] holds helpers shared by all of them; package
-// throttle runs each script as Common followed by the algorithm's own file
-// (see [Source]), so the text Redis receives is self-contained.
+// throttle runs each script as the helpers it uses followed by the
+// algorithm's own file (see [Source]), so the text Redis receives is
+// self-contained.
 //
 // Every script reads the clock with redis.call('TIME'), declares the single
 // key it touches in KEYS, gives every key it writes an expiry, and returns
@@ -12,7 +13,11 @@
 // for concurrent use.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"regexp"
+	"strings"
+)
 
 // Common holds the helpers every script starts with: the server clock,
 // exact integer division, and state encoding.
@@ -40,6 +45,12 @@ var SlidingWindow string
 //
 //go:embed token_bucket.lua
 var TokenBucket string
+
+// MeterBooking is the reservations and blocks of TokenBucket and GCRA,
+// whose decisions are in their own scripts.
+//
+//go:embed meter_booking.lua
+var MeterBooking string
 
 // LeakyBucket is the leaky bucket (policing) script.
 //
@@ -73,8 +84,72 @@ var TickClaim string
 //go:embed block.lua
 var Block string
 
-// Source returns the full text of a script as Redis runs it: [Common]
-// followed by the algorithm's own file.
+// Source returns the full text of a script as Redis runs it: the opening
+// of [Common] (its constants), then the helpers of Common the algorithm's
+// file calls, directly or through another helper, in Common's order, then
+// the file itself. Leaving the others out matters: Redis runs the whole
+// text on every call, and each helper defined is a closure made each time.
 func Source(algorithm string) string {
-	return Common + "\n" + algorithm
+	need := map[string]bool{}
+	var visit func(text string)
+	visit = func(text string) {
+		for _, h := range commonHelpers {
+			if !need[h.name] && h.call.MatchString(text) {
+				need[h.name] = true
+				visit(h.text)
+			}
+		}
+	}
+	visit(algorithm)
+	var b strings.Builder
+	b.WriteString(commonOpening)
+	for _, h := range commonHelpers {
+		if need[h.name] {
+			b.WriteString(h.text)
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(algorithm)
+	return b.String()
+}
+
+// helper is one local function of Common, with the comment above it.
+type helper struct {
+	name string
+	text string
+	call *regexp.Regexp // a call of it
+}
+
+// Common, cut into its opening and its helpers.
+var commonOpening, commonHelpers = splitCommon(Common)
+
+// splitCommon cuts common.lua before each "local function", keeping each
+// function's comment lines with it.
+func splitCommon(common string) (string, []helper) {
+	lines := strings.SplitAfter(common, "\n")
+	var starts []int
+	for i, line := range lines {
+		if strings.HasPrefix(line, "local function ") {
+			start := i
+			for start > 0 && strings.HasPrefix(lines[start-1], "--") {
+				start--
+			}
+			starts = append(starts, start)
+		}
+	}
+	if len(starts) == 0 {
+		return common, nil
+	}
+	helpers := make([]helper, len(starts))
+	for j, start := range starts {
+		end := len(lines)
+		if j+1 < len(starts) {
+			end = starts[j+1]
+		}
+		text := strings.Join(lines[start:end], "")
+		name := text[strings.Index(text, "local function ")+len("local function "):]
+		name = name[:strings.IndexByte(name, '(')]
+		helpers[j] = helper{name: name, text: text, call: regexp.MustCompile(`\b` + name + `\(`)}
+	}
+	return strings.Join(lines[:starts[0]], ""), helpers
 }

@@ -20,7 +20,12 @@
 -- more than limit entries in the window, and entries that left it are
 -- removed on the next admission, so memory is bounded by limit.
 
-local mode, n, limit, window, taken_at, first_seq = numeric_argv()
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local taken_at = tonumber(ARGV[5])
+local first_seq = tonumber(ARGV[6])
 
 local now = server_now()
 

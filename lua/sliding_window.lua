@@ -20,7 +20,12 @@
 -- admit when prev * (W - e) + (cur + n) * W <= limit * W, elapsed e rounded
 -- down to a whole unit, which counts the previous window a little longer.
 
-local mode, n, limit, window, unit, taken_in = numeric_argv()
+local mode = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local window = tonumber(ARGV[4])
+local unit = tonumber(ARGV[5])
+local taken_in = tonumber(ARGV[6])
 local W = window / unit
 
 local now = server_now()

@@ -112,7 +112,20 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 	if d <= 0 || d > maxSpan {
 		return fmt.Errorf("%w: a block lasts from 1µs to %s, got %s", ErrInvalidDelay, maxSpan, d)
 	}
-	left, err := l.block(ctx, key, max(1, d.Microseconds()))
+	var left time.Duration
+	var err error
+	if l.spec.reservable {
+		// The meters keep the block in their instant, so that decisions
+		// need not look it up.
+		var r reply
+		r, err = l.run(ctx, modeBlock, key, 1, itoa(max(1, d.Microseconds())))
+		if err != nil {
+			err = l.unavailable(ctx, err)
+		}
+		left = micros(r.v[2])
+	} else {
+		left, err = l.block(ctx, key, max(1, d.Microseconds()))
+	}
 	if err == nil && l.denied != nil {
 		now := time.Now()
 		l.denied.remember(key, 1, Result{RetryAfter: left, ResetAfter: left}, now)
@@ -183,13 +196,18 @@ func (l *Limiter) run(ctx context.Context, mode int, key string, n int, extra ..
 	return l.runTicket(ctx, mode, key, "", n, extra...)
 }
 
-// runTicket is run with a ticket key as KEYS[3] when ticket is not empty.
+// runTicket is run with a ticket key (KEYS[2] of the meters) when ticket is
+// not empty.
 // It allocates what it must and no more: the arguments are boxed once per
 // policy (spec.args) and per small n (boxedN), and the state and block keys
 // share one string.
 func (l *Limiter) runTicket(ctx context.Context, mode int, key, ticket string, n int, extra ...string) (reply, error) {
 	keys, args := l.scriptArgs(mode, key, ticket, n, extra...)
-	return l.eval(ctx, l.spec.script, keys, args)
+	script := l.spec.script
+	if l.spec.reservable && mode >= modeReserve {
+		script = meterBookingScript
+	}
+	return l.eval(ctx, script, keys, args)
 }
 
 // scriptArgs returns the keys and arguments of one call of the policy's
@@ -204,9 +222,16 @@ func (l *Limiter) scriptArgs(mode int, key, ticket string, n int, extra ...strin
 	}
 	stateAndBlock := redisKeyWith(l.cfg.prefix, l.spec.id, key, blockSuffix)
 	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
-	keys := []string{state, stateAndBlock}
-	if ticket != "" {
-		keys = append(keys, ticketKey(state, ticket))
+	var keys []string
+	switch {
+	case !l.spec.reservable:
+		keys = []string{state, stateAndBlock} // the windows read the block
+	case ticket != "":
+		keys = []string{state, ticketKey(state, ticket)}
+	case mode == modeBlock:
+		keys = []string{state, stateAndBlock}
+	default:
+		keys = []string{state} // a meter's block is in its instant
 	}
 	return keys, args
 }

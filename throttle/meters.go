@@ -8,9 +8,10 @@ import (
 )
 
 var (
-	tokenBucketScript = redis.NewScript(lua.Source(lua.TokenBucket))
-	leakyBucketScript = redis.NewScript(lua.Source(lua.LeakyBucket))
-	gcraScript        = redis.NewScript(lua.Source(lua.GCRA))
+	tokenBucketScript  = redis.NewScript(lua.Source(lua.TokenBucket))
+	leakyBucketScript  = redis.NewScript(lua.Source(lua.LeakyBucket))
+	gcraScript         = redis.NewScript(lua.Source(lua.GCRA))
+	meterBookingScript = redis.NewScript(lua.Source(lua.MeterBooking))
 )
 
 // TokenBucket holds up to Burst tokens and refills them continuously at

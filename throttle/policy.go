@@ -38,7 +38,8 @@ type spec struct {
 	args []any
 	// den is the meters' tick: 1/den of a microsecond; 0 for windows.
 	den int64
-	// reservable reports whether the script books future slots (Reserve).
+	// reservable reports whether the policy books future slots (Reserve);
+	// its reservations, cancellations and blocks then run meterBookingScript.
 	reservable bool
 }
 
@@ -49,9 +50,10 @@ const (
 	modePeek
 	modeReserve
 	modeCancel
+	modeBlock
 )
 
-var modeArgs = [...]any{modeTake: "0", modePeek: "1", modeReserve: "2", modeCancel: "3"}
+var modeArgs = [...]any{modeTake: "0", modePeek: "1", modeReserve: "2", modeCancel: "3", modeBlock: "4"}
 
 // boxArgs boxes a policy's script arguments once.
 func boxArgs(params ...string) []any {
