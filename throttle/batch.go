@@ -45,7 +45,10 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 	var cmds []*redis.Cmd
 	err := l.call(ctx, func(ctx context.Context) error {
 		var err error
-		cmds, err = l.pipeline(ctx, requests, pending)
+		cmds, err = l.pipeline(ctx, len(pending), func(j int) ([]string, []any) {
+			req := requests[pending[j]]
+			return l.scriptArgs(modeTake, req.Key, "", req.N)
+		})
 		return err
 	})
 	for j, i := range pending {
@@ -70,15 +73,16 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 	return results, nil
 }
 
-// pipeline sends the pending requests' scripts in one pipeline. A Redis
-// that does not know the script yet answers NOSCRIPT to all of them: the
-// script is then loaded and the pipeline sent again.
-func (l *Limiter) pipeline(ctx context.Context, requests []Request, pending []int) ([]*redis.Cmd, error) {
+// pipeline sends count runs of the policy's script, whose keys and
+// arguments call gives, in one pipeline. A Redis that does not know the
+// script yet answers NOSCRIPT to all of them: the script is then loaded and
+// the pipeline sent again.
+func (l *Limiter) pipeline(ctx context.Context, count int, call func(j int) ([]string, []any)) ([]*redis.Cmd, error) {
 	for attempt := 0; ; attempt++ {
 		pipe := l.client.Pipeline()
-		cmds := make([]*redis.Cmd, len(pending))
-		for j, i := range pending {
-			keys, args := l.scriptArgs(modeTake, requests[i].Key, "", requests[i].N)
+		cmds := make([]*redis.Cmd, count)
+		for j := range cmds {
+			keys, args := call(j)
 			cmds[j] = l.spec.script.EvalSha(ctx, pipe, keys, args...)
 		}
 		_, err := pipe.Exec(ctx)

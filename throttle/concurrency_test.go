@@ -14,7 +14,8 @@ import (
 // TestExactUnderConcurrency fires 200 concurrent Allow calls on one key with
 // limit 25 from two separate connection pools (two "processes"): exactly 25
 // are admitted, every rejection carries a RetryAfter, and admission resumes
-// once it has passed. Runs on the Redis the environment names.
+// once it has passed. One of the two shares round trips between its callers
+// (WithCoalescing). Runs on the Redis the environment names.
 func TestExactUnderConcurrency(t *testing.T) {
 	const limit, callers = 25, 200
 	// Periods long enough that nothing refills during the test.
@@ -32,8 +33,8 @@ func TestExactUnderConcurrency(t *testing.T) {
 			tg := redistest.New(t)
 			pools := []redis.UniversalClient{tg.NewClient(t), tg.NewClient(t)}
 			var limiters []*throttle.Limiter
-			for _, c := range pools {
-				l, err := throttle.New(c, p, throttle.WithPrefix(tg.Prefix))
+			for i, c := range pools {
+				l, err := throttle.New(c, p, throttle.WithPrefix(tg.Prefix), throttle.WithCoalescing(32*i))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -48,9 +48,14 @@ type reply struct {
 func (c *conn) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
 	r, err := c.evalAny(ctx, script, keys, args)
 	if err == nil && r.n < 5 {
-		err = fmt.Errorf("script returned %d values, want 5 or more", r.n)
+		err = errShortReply(r.n)
 	}
 	return r, err
+}
+
+// errShortReply reports a decision script's reply of fewer than five values.
+func errShortReply(n int) error {
+	return fmt.Errorf("script returned %d values, want 5 or more", n)
 }
 
 // evalAny runs a script under the timeout and returns its integer reply.
@@ -64,7 +69,10 @@ func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string,
 		r, err = runScript(ctx, c.client, script, keys, args)
 		return err
 	})
-	return r, err
+	if err != nil {
+		return reply{}, err // r may still be written by a detached call
+	}
+	return r, nil
 }
 
 // runScript runs a script (EVALSHA, EVAL when Redis does not know it) and

@@ -70,6 +70,15 @@
 // long one decision may take. A caller's own cancelled context always comes
 // back as its context error.
 //
+// # Round trips
+//
+// Decisions asked of one Limiter at the same moment share round trips:
+// while four are in flight, further callers queue and go together in one
+// pipeline ([WithCoalescing], up to 64 by default), each still its own
+// script with its own Result. [WithDenyCache] answers repeated requests for
+// a key Redis has just rejected without asking again, and
+// [Limiter.AllowMany] decides many keys in one pipelined round trip.
+//
 // # Numbers
 //
 // Scripts count time in integer microseconds (fractions of a microsecond as

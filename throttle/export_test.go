@@ -19,3 +19,15 @@ func ReservationEnd(r *Reservation) (micros, ticks int64) { return r.undo[0], r.
 // ServerTime0 returns the Redis clock, in Unix microseconds, at which a
 // reservation was decided.
 func ServerTime0(r *Reservation) int64 { return r.serverTime }
+
+// Queued returns how many decisions wait for a round trip of l's
+// coalescer (WithCoalescing).
+func Queued(l *Limiter) int {
+	l.shared.mu.Lock()
+	defer l.shared.mu.Unlock()
+	return len(l.shared.pending)
+}
+
+// CoalesceLanes is how many round trips a coalescing Limiter sends before
+// callers queue.
+const CoalesceLanes = coalesceLanes

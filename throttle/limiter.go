@@ -22,6 +22,7 @@ type Limiter struct {
 	policy Policy
 	spec   spec
 	denied *denyCache // nil unless WithDenyCache
+	shared *coalescer // nil unless WithCoalescing
 }
 
 // New returns a Limiter that applies p through client, which may be a
@@ -34,6 +35,7 @@ type Limiter struct {
 //	WithTimeout(d)         0 (none)      bound on each decision
 //	WithFailurePolicy(p)   FailClosed    what to do when Redis cannot answer
 //	WithDenyCache(size)    0 (off)       answer repeated rejections locally
+//	WithCoalescing(n)      64            share round trips between callers
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
@@ -50,6 +52,9 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	l := &Limiter{conn: c, policy: p, spec: p.spec()}
 	if c.cfg.denyCache > 0 {
 		l.denied = newDenyCache(c.cfg.denyCache)
+	}
+	if c.cfg.coalesce > 1 {
+		l.shared = &coalescer{limit: c.cfg.coalesce, lanes: coalesceLanes}
 	}
 	return l, nil
 }
@@ -166,7 +171,13 @@ func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Resu
 			return r, nil
 		}
 	}
-	reply, err := l.run(ctx, mode, key, n)
+	var reply reply
+	var err error
+	if l.shared != nil {
+		reply, err = l.shared.decide(ctx, l, mode, n, key)
+	} else {
+		reply, err = l.run(ctx, mode, key, n)
+	}
 	if err != nil {
 		if mode == modeTake && l.failOpen(ctx) {
 			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true}, nil

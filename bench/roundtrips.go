@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// counter counts the round trips a client makes: commands and pipelines.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// flood is a flood of checks on one over-limit key.
+type flood struct {
+	checks, redisCalls int64
+	elapsed            time.Duration
+}
+
+// denyFlood sends checks from 8 goroutines for d at a key over its limit
+// (1 per hour), and counts what reached Redis.
+func denyFlood(addr, prefix string, cache int, d time.Duration) (flood, error) {
+	c := &counter{}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16})
+	defer rdb.Close()
+	rdb.AddHook(c)
+	opts := []throttle.Option{throttle.WithPrefix(prefix)}
+	if cache > 0 {
+		opts = append(opts, throttle.WithDenyCache(cache))
+	}
+	l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, opts...)
+	if err != nil {
+		return flood{}, err
+	}
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, "flooded"); err != nil {
+		return flood{}, err
+	}
+	c.n.Store(0)
+	var checks atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < d {
+				if _, err := l.Allow(ctx, "flooded"); err == nil {
+					checks.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return flood{checks: checks.Load(), redisCalls: c.n.Load(), elapsed: time.Since(start)}, nil
+}
+
+// batch compares deciding keys one by one with AllowMany.
+type batch struct {
+	keys                     int
+	oneByOne, together       time.Duration
+	oneByOneRTs, togetherRTs int64
+}
+
+func batchVersusOneByOne(addr, prefix string, keys []string) (batch, error) {
+	c := &counter{}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.AddHook(c)
+	l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(huge), Burst: huge}, throttle.WithPrefix(prefix))
+	if err != nil {
+		return batch{}, err
+	}
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, "warm-up"); err != nil { // loads the script
+		return batch{}, err
+	}
+	b := batch{keys: len(keys)}
+	c.n.Store(0)
+	start := time.Now()
+	for _, k := range keys {
+		if _, err := l.Allow(ctx, k); err != nil {
+			return b, err
+		}
+	}
+	b.oneByOne, b.oneByOneRTs = time.Since(start), c.n.Load()
+	reqs := make([]throttle.Request, len(keys))
+	for i, k := range keys {
+		reqs[i] = throttle.Request{Key: k, N: 1}
+	}
+	c.n.Store(0)
+	start = time.Now()
+	if _, err := l.AllowMany(ctx, reqs); err != nil {
+		return b, err
+	}
+	b.together, b.togetherRTs = time.Since(start), c.n.Load()
+	return b, nil
+}
