@@ -22,6 +22,21 @@ type Request struct {
 // whole batch before anything is sent. When Redis cannot answer, the
 // failure policy decides for the whole batch.
 func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	start := time.Now()
+	results, err := l.allowMany(ctx, requests)
+	if l.cfg.observer != nil || err != nil || (len(results) > 0 && results[0].Degraded) {
+		for i, req := range requests {
+			var r Result
+			if err == nil {
+				r = results[i]
+			}
+			l.observe(ctx, OpAllow, req.Key, req.N, start, r, err)
+		}
+	}
+	return results, err
+}
+
+func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
 	for i, req := range requests {
 		if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
@@ -59,7 +74,7 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 		if err != nil {
 			if l.failOpen(ctx) {
 				for _, i := range pending {
-					results[i] = Result{Allowed: true, Limit: l.spec.capacity, Degraded: true}
+					results[i] = Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}
 				}
 				return results, nil
 			}

@@ -62,14 +62,15 @@ func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := newConn(client, opts)
+	id := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
+	c, err := newConn(client, id, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &ConcurrencyLimiter{
 		conn:   c,
 		policy: p,
-		id:     fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease),
+		id:     id,
 		params: []any{itoa(int64(p.Limit)), itoa(p.Lease.Microseconds())},
 	}, nil
 }
@@ -88,6 +89,13 @@ func (c *ConcurrencyLimiter) Key(callerKey string) string {
 // time until the oldest lease runs out (a holder may release sooner, or
 // renew). Release every Lease, typically with defer.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (*Lease, Result, error) {
+	start := time.Now()
+	lease, r, err := c.acquire(ctx, key)
+	c.observe(ctx, OpAcquire, key, 1, start, r, err)
+	return lease, r, err
+}
+
+func (c *ConcurrencyLimiter) acquire(ctx context.Context, key string) (*Lease, Result, error) {
 	if err := validRequest(key, 1, c.policy.Limit); err != nil {
 		return nil, Result{}, err
 	}
@@ -95,7 +103,7 @@ func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (*Lease, R
 	reply, err := c.run(ctx, modeAcquire, key, holder)
 	if err != nil {
 		if c.failOpen(ctx) {
-			return degradedLease(), Result{Allowed: true, Limit: c.policy.Limit, Degraded: true}, nil
+			return degradedLease(), Result{Allowed: true, Limit: c.policy.Limit, Degraded: true, cause: err}, nil
 		}
 		return nil, Result{}, c.unavailable(ctx, err)
 	}

@@ -18,10 +18,12 @@ type conn struct {
 	// deadlines reports whether client applies context deadlines to socket
 	// reads; when it does not, timed calls run detached (see call).
 	deadlines bool
+	outages   *outageLog
 }
 
-// newConn validates the client and applies the options.
-func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
+// newConn validates the client and applies the options; name is the
+// limiter's name unless WithName gave one.
+func newConn(client redis.UniversalClient, name string, opts []Option) (conn, error) {
 	if client == nil {
 		return conn{}, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
@@ -34,7 +36,10 @@ func newConn(client redis.UniversalClient, opts []Option) (conn, error) {
 			return conn{}, err
 		}
 	}
-	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client)}, nil
+	if cfg.name == "" {
+		cfg.name = name
+	}
+	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client), outages: &outageLog{}}, nil
 }
 
 // reply is a script's integer reply, up to eight values, kept off the heap.

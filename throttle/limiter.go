@@ -36,6 +36,9 @@ type Limiter struct {
 //	WithFailurePolicy(p)   FailClosed    what to do when Redis cannot answer
 //	WithDenyCache(size)    0 (off)       answer repeated rejections locally
 //	WithCoalescing(n)      64            share round trips between callers
+//	WithObserver(o)        none          receives every decision
+//	WithName(s)            policy's form name in decisions, logs, metrics
+//	WithLogger(l)          slog.Default  where Redis failures are logged
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
@@ -45,11 +48,12 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := newConn(client, opts)
+	sp := p.spec()
+	c, err := newConn(client, sp.id, opts)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{conn: c, policy: p, spec: p.spec()}
+	l := &Limiter{conn: c, policy: p, spec: sp}
 	if c.cfg.denyCache > 0 {
 		l.denied = newDenyCache(c.cfg.denyCache)
 	}
@@ -78,7 +82,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // consumes nothing. n above the policy's capacity fails with
 // [ErrExceedsLimit]; when Redis cannot answer, the failure policy decides.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
-	return l.decide(ctx, modeTake, key, n)
+	start := time.Now()
+	r, err := l.decide(ctx, modeTake, key, n)
+	l.observe(ctx, OpAllow, key, n, start, r, err)
+	return r, err
 }
 
 // Peek reports what Allow would decide for key now, without consuming
@@ -86,7 +93,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 // Peek ignores the failure policy: when Redis cannot answer it returns an
 // error wrapping [ErrUnavailable].
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	return l.decide(ctx, modePeek, key, 1)
+	start := time.Now()
+	r, err := l.decide(ctx, modePeek, key, 1)
+	l.observe(ctx, OpPeek, key, 1, start, r, err)
+	return r, err
 }
 
 // Reset forgets key's state, giving it full capacity again, and lifts its
@@ -180,7 +190,7 @@ func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Resu
 	}
 	if err != nil {
 		if mode == modeTake && l.failOpen(ctx) {
-			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true}, nil
+			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}, nil
 		}
 		return Result{}, l.unavailable(ctx, err)
 	}

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -27,6 +28,9 @@ type config struct {
 	failure   FailurePolicy
 	denyCache int
 	coalesce  int
+	observer  Observer
+	name      string       // "" until the constructor names it
+	logger    *slog.Logger // nil: slog.Default() when logging
 }
 
 // DefaultCoalescing is how many concurrent decisions may share a round

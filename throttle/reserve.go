@@ -56,6 +56,8 @@ type Reservation struct {
 	// serverTime is the Redis clock at the decision and serverStart the
 	// slot's start on it, rounded up, in µs.
 	serverTime, serverStart int64
+	// cause is the Redis failure behind a Degraded reservation.
+	cause error
 
 	mu        sync.Mutex
 	cancelled bool
@@ -122,6 +124,20 @@ func (l *Limiter) ReserveFor(ctx context.Context, key string, ticket Ticket, n i
 func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
 
 func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+	start := time.Now()
+	res, err := l.book(ctx, key, ticket, n, maxDelay)
+	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
+		var r Result
+		if res != nil {
+			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause}
+		}
+		l.observe(ctx, OpReserve, key, n, start, r, err)
+	}
+	return res, err
+}
+
+// book validates a reservation and runs its script.
+func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
 	if err := validRequest(key, n, l.spec.capacity); err != nil {
 		return nil, err
 	}
@@ -139,7 +155,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 	reply, err := l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
 	if err != nil {
 		if l.failOpen(ctx) {
-			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true}, nil
+			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true, cause: err}, nil
 		}
 		return nil, l.unavailable(ctx, err)
 	}

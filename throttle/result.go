@@ -39,4 +39,7 @@ type Result struct {
 	// serverTime is the Redis clock, in Unix microseconds, at which the
 	// script decided; 0 when Degraded.
 	serverTime int64
+
+	// cause is the Redis failure behind a Degraded result, for observers.
+	cause error
 }

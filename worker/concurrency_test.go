@@ -38,7 +38,20 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter)})
+	var events asynqtest.Events
+	var held, mostHeld atomic.Int32
+	gauge := worker.ObserverFunc(func(e worker.Event) {
+		events.Observe(e)
+		switch e.Kind {
+		case worker.LeaseTaken:
+			now := held.Add(1)
+			for m := mostHeld.Load(); now > m && !mostHeld.CompareAndSwap(m, now); m = mostHeld.Load() {
+			}
+		case worker.LeaseReleased:
+			held.Add(-1)
+		}
+	})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter)}, worker.WithObserver(gauge))
 	var running, most atomic.Int32
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
@@ -65,6 +78,12 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 	}
 	if r, err := limiter.Peek(context.Background(), "export"); err != nil || r.Remaining != 3 {
 		t.Fatalf("after the run: %+v, %v; every lease should be released", r, err)
+	}
+	// The lease events keep an exact gauge: 40 taken, 40 released, never
+	// more than the cap held.
+	if taken, released := events.Count(worker.LeaseTaken), events.Count(worker.LeaseReleased); taken != 40 || released != 40 || held.Load() != 0 || mostHeld.Load() > 3 {
+		t.Fatalf("lease events: %d taken, %d released, %d held at the end, %d at most; want 40, 40, 0, ≤3",
+			taken, released, held.Load(), mostHeld.Load())
 	}
 }
 

@@ -25,7 +25,7 @@ type task struct {
 // is set, holding leases and bookings that start after delay, or refused
 // is; err reports that Redis could not decide.
 type pass struct {
-	leases   []*throttle.Lease
+	leases   []held
 	bookings []booking
 	delay    time.Duration // the latest booking's start
 	reused   bool          // every delayed booking was the task's standing one
@@ -35,6 +35,12 @@ type pass struct {
 	presentOnly bool
 
 	refused *refusal
+}
+
+// held is a concurrency lease and the rule and key it was taken for.
+type held struct {
+	*throttle.Lease
+	rule, key string
 }
 
 // booking is a reservation and the rule and key it was made for.
@@ -102,7 +108,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 				if lease == nil {
 					return refuse(r, key, res.RetryAfter, nil)
 				}
-				p.leases = append(p.leases, lease)
+				p.leases = append(p.leases, held{lease, r.name, key})
 				p.degraded = p.degraded || lease.Degraded()
 			case r.limiter.CanReserveAhead() && meters == 1:
 				res, err := t.reserveAhead(ctx, r, key, tk.ticket)

@@ -46,7 +46,11 @@ func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 		if err != nil || p == nil {
 			return err
 		}
-		defer p.giveBackLeases(ctx)
+		t.observeLeases(tk, p, LeaseTaken)
+		defer func() {
+			p.giveBackLeases(ctx)
+			t.observeLeases(tk, p, LeaseReleased)
+		}()
 		return h.ProcessTask(ctx, at)
 	})
 }
@@ -238,6 +242,16 @@ func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration) {
 		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	default:
 		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type()})
+	}
+}
+
+// observeLeases reports each lease the pass holds in Redis (a degraded
+// one holds none) as an event of kind k.
+func (t *Throttler) observeLeases(tk *task, p *pass, k EventKind) {
+	for _, l := range p.leases {
+		if !l.Degraded() {
+			t.observe(Event{Kind: k, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule, Key: l.key})
+		}
 	}
 }
 

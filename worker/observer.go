@@ -20,6 +20,13 @@ const (
 	// Failed: the gate could not decide (Redis unavailable under
 	// fail-closed, or no key) and the task failed.
 	Failed
+	// LeaseTaken: the task holds a concurrency lease of Rule while its
+	// handler runs. Each is followed by a LeaseReleased when the handler
+	// ends: the pair keeps a gauge of leases held.
+	LeaseTaken
+	// LeaseReleased: the task's handler ended and its lease of Rule was
+	// given back.
+	LeaseReleased
 )
 
 // String names the kind, for logs and metric labels.
@@ -37,6 +44,10 @@ func (k EventKind) String() string {
 		return "degraded"
 	case Failed:
 		return "failed"
+	case LeaseTaken:
+		return "lease_taken"
+	case LeaseReleased:
+		return "lease_released"
 	}
 	return "unknown"
 }
@@ -46,8 +57,8 @@ type Event struct {
 	Kind     EventKind
 	TaskID   string
 	TaskType string
-	// Rule and Key name the rule that throttled, gave up or failed, and the
-	// task's key in it; empty for Admitted.
+	// Rule and Key name the rule that throttled, gave up, failed or holds
+	// the lease, and the task's key in it; empty for Admitted.
 	Rule, Key string
 	// Delay is the inline wait (WaitedInline) or the time until the task
 	// returns (Rescheduled).

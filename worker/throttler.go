@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ const (
 //	WithInlineWait(d)   1s               longest wait inside the handler
 //	WithObserver(o)     none             receives every decision
 //	WithPrefix(s)       "throttle:"      start of the give-up counters' keys
+//	WithLogger(l)       slog.Default()   where decisions about tasks are logged
 //
 // Errors wrap ErrInvalidRule.
 func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler, error) {
@@ -141,6 +144,7 @@ type config struct {
 	inlineWait time.Duration
 	observer   Observer
 	prefix     string
+	logger     *slog.Logger // nil: slog.Default() when logging
 }
 
 // DefaultInlineWait is the longest a task waits inside its handler for its
@@ -182,8 +186,58 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
+// WithLogger sets where the Throttler logs, with log/slog: a task failed
+// because its rules could not be decided, or let through degraded, at
+// Warn; a rule's give-up, at Info; reschedules and inline waits, at Debug.
+// Default: slog.Default(). nil discards.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		c.logger = l
+		return nil
+	})
+}
+
 func (t *Throttler) observe(e Event) {
+	t.log(e)
 	if t.cfg.observer != nil {
 		t.cfg.observer.Observe(e)
 	}
+}
+
+// log writes e to the logger at its level; admissions and leases are not
+// logged.
+func (t *Throttler) log(e Event) {
+	var level slog.Level
+	switch e.Kind {
+	case Failed, Degraded:
+		level = slog.LevelWarn
+	case GaveUp:
+		level = slog.LevelInfo
+	case Rescheduled, WaitedInline:
+		level = slog.LevelDebug
+	default:
+		return
+	}
+	logger := t.cfg.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx := context.Background()
+	if !logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("task_id", e.TaskID), slog.String("task_type", e.TaskType)}
+	if e.Rule != "" {
+		attrs = append(attrs, slog.String("rule", e.Rule), slog.String("key", e.Key))
+	}
+	if e.Delay > 0 {
+		attrs = append(attrs, slog.Duration("delay", e.Delay))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.Any("error", e.Err))
+	}
+	logger.LogAttrs(ctx, level, "worker: task "+e.Kind.String(), attrs...)
 }

@@ -1,0 +1,198 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Op names the kind of call a [Decision] answers.
+type Op string
+
+// The calls a limiter reports to its [Observer].
+const (
+	OpAllow   Op = "allow"   // Allow, AllowN, Wait on the window policies, AllowMany
+	OpPeek    Op = "peek"    // Peek
+	OpReserve Op = "reserve" // Reserve, ReserveFor, Wait on the meters
+	OpAcquire Op = "acquire" // ConcurrencyLimiter.Acquire
+)
+
+// Outcome is how a decision ended.
+type Outcome int
+
+const (
+	// Admitted: the request was allowed (or, for Peek, would be).
+	Admitted Outcome = iota
+	// Throttled: the request was rejected by the policy; being throttled
+	// is not an error.
+	Throttled
+	// Errored: the call returned an error: bad input, the caller's context,
+	// or Redis unavailable under FailClosed.
+	Errored
+	// Degraded: Redis could not answer and FailOpen let the request
+	// through.
+	Degraded
+)
+
+// String returns "admitted", "throttled", "error" or "degraded", the
+// values metrics label outcomes with.
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Throttled:
+		return "throttled"
+	case Errored:
+		return "error"
+	case Degraded:
+		return "degraded"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Decision describes one call a limiter answered, for an [Observer].
+type Decision struct {
+	// Limiter is the limiter's name (see [WithName]).
+	Limiter string
+	// Op is the kind of call.
+	Op Op
+	// Key is the caller key. It is unbounded in number: never use it as a
+	// metric label.
+	Key string
+	// N is the number of units asked for.
+	N int
+	// Outcome is how the call ended.
+	Outcome Outcome
+	// Cached reports a rejection answered from the deny cache, without
+	// Redis.
+	Cached bool
+	// Latency is how long the call took, Redis round trip included.
+	Latency time.Duration
+	// Err is the error returned (Errored), or the Redis failure behind a
+	// Degraded admission.
+	Err error
+}
+
+// RedisFailed reports whether the decision could not reach Redis: the
+// error wraps [ErrUnavailable], or the decision was Degraded. Bad input and
+// a caller's own cancelled context are not Redis failures.
+func (d Decision) RedisFailed() bool {
+	return d.Outcome == Degraded || errors.Is(d.Err, ErrUnavailable)
+}
+
+// Observer receives every decision of the limiters it is given to with
+// [WithObserver]: the hook for metrics (see package metrics). Observe is
+// called synchronously on the caller's goroutine after the decision, so it
+// must be quick, and safe for concurrent use.
+type Observer interface {
+	ObserveDecision(Decision)
+}
+
+// ObserverFunc adapts a function to an [Observer].
+type ObserverFunc func(Decision)
+
+// ObserveDecision calls f.
+func (f ObserverFunc) ObserveDecision(d Decision) { f(d) }
+
+// WithObserver sends every decision of the limiter to o. Default: none.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		c.observer = o
+		return nil
+	})
+}
+
+// WithName names the limiter in decisions, logs and metric labels. Keep
+// names few (one per limiter, such as "partner-api"), never one per caller
+// key. Default: the policy's short form, such as "gcra:10/1s:1" or
+// "conc:3/30s".
+func WithName(name string) Option {
+	return optionFunc(func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty name", ErrInvalidOption)
+		}
+		c.name = name
+		return nil
+	})
+}
+
+// WithLogger sets where the limiter logs, with log/slog: Redis failures, at
+// Warn, no more than one record per limiter each outageLogEvery with the
+// count of failures in between. Decisions themselves are never logged.
+// Default: slog.Default(). nil discards.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// outageLogEvery is the least time between two outage records of one
+// limiter.
+const outageLogEvery = 10 * time.Second
+
+// outageLog spaces a limiter's outage records.
+type outageLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// observe reports a call that started at start to the observer, and logs
+// Redis failures.
+func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time.Time, r Result, err error) {
+	if c.cfg.observer == nil && err == nil && !r.Degraded {
+		return
+	}
+	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
+	switch {
+	case err != nil:
+		d.Outcome = Errored
+	case r.Degraded:
+		d.Outcome = Degraded
+		d.Err = r.cause
+	case r.Allowed:
+		d.Outcome = Admitted
+	default:
+		d.Outcome = Throttled
+	}
+	d.Latency = time.Since(start)
+	if d.RedisFailed() {
+		c.logOutage(ctx, d)
+	}
+	if c.cfg.observer != nil {
+		c.cfg.observer.ObserveDecision(d)
+	}
+}
+
+// logOutage logs a decision Redis could not make, at most once per
+// outageLogEvery.
+func (c *conn) logOutage(ctx context.Context, d Decision) {
+	now := time.Now()
+	c.outages.mu.Lock()
+	if now.Sub(c.outages.last) < outageLogEvery {
+		c.outages.suppressed++
+		c.outages.mu.Unlock()
+		return
+	}
+	suppressed := c.outages.suppressed
+	c.outages.last, c.outages.suppressed = now, 0
+	c.outages.mu.Unlock()
+	logger := c.cfg.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(ctx, slog.LevelWarn, "throttle: redis failed a decision",
+		slog.String("limiter", d.Limiter), slog.String("op", string(d.Op)),
+		slog.String("outcome", d.Outcome.String()), slog.Duration("latency", d.Latency),
+		slog.Int("failures_not_logged", suppressed), slog.Any("error", d.Err))
+}
