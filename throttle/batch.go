@@ -89,25 +89,30 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 // pipeline sends count runs of the policy's script, whose keys and
-// arguments call gives, in one pipeline. A Redis that does not know the
-// script yet answers NOSCRIPT to all of them: the script is then loaded and
-// the pipeline sent again.
+// arguments call gives, in one pipeline, by SHA. A run Redis answers
+// NOSCRIPT (a Redis that does not know the script yet, or whose scripts were
+// flushed while the pipeline ran) was not run: only those runs are sent
+// again, with the script's text, so that none is decided twice and none
+// fails because the scripts were flushed.
 func (l *Limiter) pipeline(ctx context.Context, count int, call func(j int) ([]string, []any)) ([]*redis.Cmd, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := l.client.Pipeline()
-		cmds := make([]*redis.Cmd, count)
-		for j := range cmds {
+	cmds := make([]*redis.Cmd, count)
+	pipe := l.client.Pipeline()
+	for j := range cmds {
+		keys, args := call(j)
+		cmds[j] = l.spec.script.EvalSha(ctx, pipe, keys, args...)
+	}
+	if _, err := pipe.Exec(ctx); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return cmds, nil // errors are read per command
+	}
+	pipe = l.client.Pipeline()
+	for j, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			keys, args := call(j)
-			cmds[j] = l.spec.script.EvalSha(ctx, pipe, keys, args...)
-		}
-		_, err := pipe.Exec(ctx)
-		if err == nil || attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return cmds, nil // errors are read per command
-		}
-		if err := l.spec.script.Load(ctx, l.client).Err(); err != nil {
-			return nil, err
+			cmds[j] = l.spec.script.Eval(ctx, pipe, keys, args...)
 		}
 	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	return cmds, nil
 }
 
 // replyOf reads one pipelined script's integer reply.

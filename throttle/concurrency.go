@@ -80,7 +80,7 @@ func (c *ConcurrencyLimiter) Policy() Concurrency { return c.policy }
 
 // Key returns the Redis key holding callerKey's holders.
 func (c *ConcurrencyLimiter) Key(callerKey string) string {
-	return redisKey(c.cfg.prefix, c.id, callerKey)
+	return c.cfg.redisKey(c.id, callerKey)
 }
 
 // Acquire takes one of key's slots and returns its Lease, renewed in the

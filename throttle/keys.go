@@ -1,6 +1,10 @@
 package throttle
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
 
 // keyEscaper makes a caller key safe inside a Redis Cluster hash tag. It is
 // injective: '%' is escaped too, so two distinct caller keys never map to
@@ -18,19 +22,16 @@ func Tag(s string) string {
 	return "{" + s + "}"
 }
 
-// redisKey returns prefix + policy id + ":{" + escaped caller key + "}". The
-// braces are the hash tag: Redis Cluster places the key by the caller key
-// alone, so every key of one caller key lives in one slot.
-func redisKey(prefix, id, callerKey string) string {
-	return redisKeyWith(prefix, id, callerKey, "")
+// redisKey returns prefix + policy id + ":{" + the caller key's stored form
+// + "}". The braces are the hash tag: Redis Cluster places the key by the
+// caller key alone, so every key of one caller key lives in one slot.
+func (c *config) redisKey(id, callerKey string) string {
+	return c.redisKeyWith(id, callerKey, "")
 }
 
 // redisKeyWith is redisKey followed by suffix, built in one allocation.
-func redisKeyWith(prefix, id, callerKey, suffix string) string {
-	if strings.ContainsAny(callerKey, "%{}") {
-		callerKey = keyEscaper.Replace(callerKey)
-	}
-	return prefix + id + ":{" + callerKey + "}" + suffix
+func (c *config) redisKeyWith(id, callerKey, suffix string) string {
+	return c.prefix + id + ":{" + c.stored(callerKey) + "}" + suffix
 }
 
 // ticketKey returns the key of a caller's ticket beside a state key: in the
@@ -48,3 +49,25 @@ func ticketKey(stateKey, ticket string) string {
 const blockSuffix = ":block"
 
 func blockKey(stateKey string) string { return stateKey + blockSuffix }
+
+// hashedKeyMark starts a hashed caller key. An escaped caller key never
+// contains it ('%' is always escaped to "%25"), so a hashed key and a
+// caller key given as is never meet.
+const hashedKeyMark = "%#"
+
+// HashedKeyLen is the length of a caller key hashed by [WithKeyHashing]:
+// the mark and the hex SHA-256 of the key.
+const HashedKeyLen = len(hashedKeyMark) + 2*sha256.Size
+
+// stored returns the form of callerKey that goes into Redis keys: escaped,
+// or hashed when it is longer than WithKeyHashing's bound.
+func (c *config) stored(callerKey string) string {
+	if c.hashOver < 0 || len(callerKey) <= c.hashOver {
+		if strings.ContainsAny(callerKey, "%{}") {
+			return keyEscaper.Replace(callerKey)
+		}
+		return callerKey
+	}
+	sum := sha256.Sum256([]byte(callerKey))
+	return hashedKeyMark + hex.EncodeToString(sum[:])
+}

@@ -39,6 +39,7 @@ type Limiter struct {
 //	WithObserver(o)        none          receives every decision
 //	WithName(s)            policy's form name in decisions, logs, metrics
 //	WithLogger(l)          slog.Default  where Redis failures are logged
+//	WithKeyHashing(over)   off           store long caller keys by hash
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
@@ -69,7 +70,7 @@ func (l *Limiter) Policy() Policy { return l.policy }
 // Key returns the Redis key holding the state of callerKey, for inspection
 // and operations tools.
 func (l *Limiter) Key(callerKey string) string {
-	return redisKey(l.cfg.prefix, l.spec.id, callerKey)
+	return l.cfg.redisKey(l.spec.id, callerKey)
 }
 
 // Allow is AllowN(ctx, key, 1).
@@ -241,7 +242,7 @@ func (l *Limiter) scriptArgs(mode int, key, ticket string, n int, extra ...strin
 	for i, e := range extra {
 		args[2+len(l.spec.args)+i] = e
 	}
-	stateAndBlock := redisKeyWith(l.cfg.prefix, l.spec.id, key, blockSuffix)
+	stateAndBlock := l.cfg.redisKeyWith(l.spec.id, key, blockSuffix)
 	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
 	var keys []string
 	switch {

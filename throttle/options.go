@@ -31,6 +31,7 @@ type config struct {
 	observer  Observer
 	name      string       // "" until the constructor names it
 	logger    *slog.Logger // nil: slog.Default() when logging
+	hashOver  int          // -1: caller keys are never hashed
 }
 
 // DefaultCoalescing is how many concurrent decisions may share a round
@@ -38,7 +39,7 @@ type config struct {
 const DefaultCoalescing = 64
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, failure: FailClosed, coalesce: DefaultCoalescing}
+	return config{prefix: DefaultPrefix, failure: FailClosed, coalesce: DefaultCoalescing, hashOver: -1}
 }
 
 // WithPrefix sets the string every Redis key of the Limiter starts with.
@@ -144,6 +145,26 @@ func WithCoalescing(limit int) Option {
 			return fmt.Errorf("%w: coalescing limit must not be negative, got %d", ErrInvalidOption, limit)
 		}
 		c.coalesce = limit
+		return nil
+	})
+}
+
+// WithKeyHashing stores caller keys longer than over bytes in Redis by
+// their SHA-256 instead ([HashedKeyLen] bytes: "%#" and 64 hex digits), so
+// that Redis memory per key stays bounded however long the caller keys are
+// (a GCRA key's state is under 100 bytes; a caller key of 1 MB makes a
+// Redis key of 1 MB). Distinct caller keys keep distinct state: a hashed
+// form never equals a key stored as is. The price is that operators see
+// the hash, not the key, in Redis and in throttlectl; Limiter.Key still
+// maps a caller key to its Redis key. over 0 hashes every key, which also
+// keeps personal data (an e-mail address as a key) out of Redis. Default:
+// off, keys are stored as they are, with '%', '{' and '}' escaped.
+func WithKeyHashing(over int) Option {
+	return optionFunc(func(c *config) error {
+		if over < 0 {
+			return fmt.Errorf("%w: key hashing bound must not be negative, got %d", ErrInvalidOption, over)
+		}
+		c.hashOver = over
 		return nil
 	})
 }
