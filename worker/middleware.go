@@ -31,7 +31,8 @@ const deadlineMargin = time.Second
 // without counting a failure or using up a retry. A task with no retries
 // left never returns one: it waits inline as long as its deadline allows,
 // and beyond that is handed over to a copy of itself (see the package
-// documentation). Concurrency leases are released however h ends.
+// documentation). Concurrency leases are released however h ends, and the
+// outcome goes back to asynq only once Redis answers (see [WithSettle]).
 func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
 		rules := t.matching(at)
@@ -44,12 +45,17 @@ func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 		}
 		p, err := t.admit(ctx, tk, rules)
 		if err != nil || p == nil {
+			t.settle(ctx)
 			return err
 		}
 		t.observeLeases(tk, p, LeaseTaken)
 		defer func() {
-			p.giveBackLeases(ctx)
+			// Reported before Redis frees the slot, and taken after Redis
+			// gave it: a gauge kept from the events never shows more leases
+			// than Redis holds.
 			t.observeLeases(tk, p, LeaseReleased)
+			p.giveBackLeases(ctx)
+			t.settle(ctx)
 		}()
 		return h.ProcessTask(ctx, at)
 	})

@@ -17,8 +17,11 @@ const (
 	// Degraded: Redis could not decide and a fail-open limiter let the
 	// task through.
 	Degraded
-	// Failed: the gate could not decide (Redis unavailable under
-	// fail-closed, or no key) and the task failed.
+	// Failed: the gate could not decide. With Redis unavailable (under
+	// fail-closed) the task is not failed: it waits and asks again, inline
+	// or back in asynq (a Rescheduled event follows). With no key for a
+	// rule, the task fails with asynq.SkipRetry and is archived: retrying
+	// cannot give it a key.
 	Failed
 	// LeaseTaken: the task holds a concurrency lease of Rule while its
 	// handler runs. Each is followed by a LeaseReleased when the handler

@@ -44,6 +44,7 @@ const (
 //	WithObserver(o)     none             receives every decision
 //	WithPrefix(s)       "throttle:"      start of the give-up counters' keys
 //	WithLogger(l)       slog.Default()   where decisions about tasks are logged
+//	WithSettle(on)      true             outcomes go to asynq once Redis answers
 //
 // Errors wrap ErrInvalidRule.
 func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler, error) {
@@ -63,7 +64,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 		}
 		names[r.name] = true
 	}
-	cfg := config{inlineWait: DefaultInlineWait, prefix: "throttle:"}
+	cfg := config{inlineWait: DefaultInlineWait, prefix: "throttle:", settle: true}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", ErrInvalidRule)
@@ -145,6 +146,7 @@ type config struct {
 	observer   Observer
 	prefix     string
 	logger     *slog.Logger // nil: slog.Default() when logging
+	settle     bool
 }
 
 // DefaultInlineWait is the longest a task waits inside its handler for its
@@ -169,6 +171,9 @@ func WithInlineWait(d time.Duration) Option {
 // WithObserver sends every decision to o. Default: none.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidRule)
+		}
 		c.observer = o
 		return nil
 	})
@@ -221,10 +226,7 @@ func (t *Throttler) log(e Event) {
 	default:
 		return
 	}
-	logger := t.cfg.logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := t.logger()
 	ctx := context.Background()
 	if !logger.Enabled(ctx, level) {
 		return
@@ -240,4 +242,12 @@ func (t *Throttler) log(e Event) {
 		attrs = append(attrs, slog.Any("error", e.Err))
 	}
 	logger.LogAttrs(ctx, level, "worker: task "+e.Kind.String(), attrs...)
+}
+
+// logger returns the configured logger, or slog.Default().
+func (t *Throttler) logger() *slog.Logger {
+	if t.cfg.logger == nil {
+		return slog.Default()
+	}
+	return t.cfg.logger
 }

@@ -1,0 +1,126 @@
+// Package metrics exports what jobthrottle's limiters and asynq middleware
+// decide as Prometheus series (github.com/prometheus/client_golang). It is
+// the only package of the module that imports client_golang: the core
+// packages report through two small observer interfaces,
+// [throttle.Observer] and [worker.Observer], and a [Collector] implements
+// both. Users of another metrics system implement the same interfaces
+// instead of importing this package.
+//
+// # Wiring
+//
+// Create one Collector, register it, and give it to every limiter and
+// Throttler whose decisions it should count:
+//
+//	c, err := metrics.New()
+//	if err != nil {
+//		return err
+//	}
+//	prometheus.MustRegister(c) // or reg.MustRegister(c) on your own registry
+//
+//	partner, _ := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
+//		throttle.WithName("partner-api"), throttle.WithObserver(c))
+//	exports, _ := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second},
+//		throttle.WithName("exports"), throttle.WithObserver(c))
+//	th, _ := worker.New(rdb, rules, worker.WithObserver(c))
+//
+// A limiter takes one observer and so does a Throttler. To feed a Collector
+// and something else, pass a throttle.ObserverFunc or worker.ObserverFunc
+// that calls both.
+//
+// # Series
+//
+// Names start with the namespace, "jobthrottle" unless changed with
+// [WithNamespace]. Limiter series are labelled by the limiter's name
+// (throttle.WithName; by default the policy's short form, such as
+// "gcra:10/1s:1" or "conc:3/30s").
+//
+//	jobthrottle_decisions_total{limiter, op, outcome}          counter
+//	    Every call a limiter answered. op is "allow" (Allow, AllowN,
+//	    AllowMany, Wait on the window policies), "peek", "reserve"
+//	    (Reserve, ReserveFor, Wait on GCRA and TokenBucket) or "acquire"
+//	    (ConcurrencyLimiter.Acquire). outcome is "admitted", "throttled"
+//	    (rejected by the policy, not an error), "error" (the call returned
+//	    an error: bad input, the caller's own context, or Redis unavailable
+//	    under fail-closed) or "degraded" (Redis could not answer and
+//	    fail-open let the request through). A Peek that would be admitted
+//	    counts as admitted.
+//	jobthrottle_decision_duration_seconds{limiter, op}          histogram
+//	    How long each of those calls took, Redis round trip included.
+//	    Answers from the deny cache are in it too, in far less time than a
+//	    round trip. Buckets: WithLatencyBuckets.
+//	jobthrottle_redis_errors_total{limiter}                     counter
+//	    Decisions Redis could not make: unreachable, slower than the
+//	    limiter's timeout, or answering with an error. Counted under both
+//	    failure policies; bad input and a caller's cancelled context are not
+//	    Redis errors. Present at 0 from the limiter's first decision.
+//	jobthrottle_deny_cache_hits_total{limiter}                  counter
+//	    Rejections answered by the limiter's deny cache
+//	    (throttle.WithDenyCache) without a round trip; they are also in
+//	    decisions_total as outcome="throttled". Present at 0 from the
+//	    limiter's first decision.
+//
+// Worker series come from a Throttler's gate, labelled by the asynq task
+// type and the worker rule's name (worker.Rate, worker.Concurrency):
+//
+//	jobthrottle_worker_tasks_total{task_type, rule, event}      counter
+//	    One count per decision about a task. event is "admitted" (ran at
+//	    once), "waited_inline" (waited in its handler, then ran),
+//	    "rescheduled" (sent back to asynq to return later), "gave_up" (a
+//	    rule's give-up policy stopped throttling it), "degraded" (Redis
+//	    could not decide and a fail-open limiter let it run) or "failed"
+//	    (the gate could not decide: Redis unavailable under fail-closed, or
+//	    a rule found no key). rule names the rule that rescheduled, gave
+//	    up, or failed; it is "" for admitted, waited_inline and degraded,
+//	    which the worker does not attribute to one rule. A task that is
+//	    rescheduled and later runs counts once as rescheduled and once
+//	    more when it runs.
+//	jobthrottle_worker_wait_seconds{task_type, event}           histogram
+//	    The wait of each waited_inline event (time spent in the handler
+//	    before running) and rescheduled event (time until the task is due
+//	    back in its queue). Buckets: WithWaitBuckets.
+//	jobthrottle_worker_leases_held{rule}                        gauge
+//	    Concurrency leases held by tasks running in this process: up when
+//	    a task takes its lease, down when its handler ends, back to 0 when
+//	    the process is idle. The fleet-wide count is the sum over
+//	    processes. A degraded lease (fail-open, Redis down) holds no slot
+//	    and is not counted.
+//
+// Tasks throttled are waited_inline plus rescheduled:
+//
+//	sum by (task_type) (rate(jobthrottle_worker_tasks_total{event=~"waited_inline|rescheduled"}[5m]))
+//
+// # Bounded labels
+//
+// No series is labelled by a caller key, a task's key in its rule, or a
+// task ID: a million tenants make no more series than one. Label values come
+// from names fixed in code: limiter names, ops and outcomes, rule names, and
+// asynq task types. The task types are assumed to be bounded by the
+// application, as they are when handlers are registered by type; do not
+// put tenant or record identifiers in task types. The number of series is
+// at most limiters × 4 ops × 4 outcomes for decisions_total, and task types
+// × (rules + 1) × 6 events for worker_tasks_total. Invalid UTF-8 in a label
+// value is replaced with U+FFFD rather than refused.
+//
+// # How failures look
+//
+// Redis down or too slow, under fail-closed (the default): decisions_total
+// rises with outcome="error" and redis_errors_total rises by the same
+// amount, for every op; a Throttler's gate reports
+// event="failed" for the rule whose limiter could not decide, and the task
+// goes back to asynq to ask again about five seconds later (it also counts
+// as rescheduled, with its rule).
+//
+// Redis down under fail-open (throttle.WithFailurePolicy(throttle.FailOpen)):
+// decisions_total rises with outcome="degraded" and redis_errors_total rises
+// with it; Peek ignores the failure policy, so peeks count as "error". The
+// gate reports event="degraded" and the task runs; a degraded lease is not
+// counted in worker_leases_held.
+//
+// An alert on either:
+//
+//	sum by (limiter) (rate(jobthrottle_redis_errors_total[5m])) > 0
+//
+// outcome="error" without redis_errors_total rising means callers' bad
+// input (an empty key, more units than the policy allows) or contexts that
+// ended before their decision.
+package metrics

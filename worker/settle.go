@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// settle waits, before a task's outcome goes back to asynq, until Redis
+// answers, so that asynq can record it. asynq writes a task's outcome
+// (done, retry, archive) to Redis once, when the handler returns; when
+// Redis is down at that moment the write is lost (asynq v0.26 retries it
+// with a context already cancelled), the task stays active until its lease
+// runs out, and asynq's recoverer then counts a failure: a task that ran
+// runs again, and one with no retries left is archived. Waiting for Redis
+// here closes that gap to the time between the answer and asynq's write.
+// It gives up when ctx ends.
+func (t *Throttler) settle(ctx context.Context) {
+	if !t.cfg.settle {
+		return
+	}
+	backoff := 20 * time.Millisecond
+	var since time.Time
+	for {
+		err := t.client.Ping(ctx).Err()
+		if err == nil {
+			if !since.IsZero() {
+				t.logger().LogAttrs(ctx, slog.LevelInfo, "worker: redis answers again; handing the task's outcome to asynq",
+					slog.Duration("waited", time.Since(since)))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if since.IsZero() {
+			since = time.Now()
+			t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: redis does not answer; the task waits for it before asynq records its outcome",
+				slog.Any("error", err))
+		}
+		if sleep(ctx, backoff) != nil {
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// settleLimit is asynq's lease on a task being processed (30 s in
+// v0.26): once it has run out without a heartbeat reaching Redis, asynq
+// no longer writes the task's outcome, so waiting longer helps nothing.
+const settleLimit = 30 * time.Second
+
+// WithSettle chooses whether a task waits, once its handler has returned
+// or it was throttled, until Redis answers before its outcome goes back to
+// asynq (one PING per task when Redis is up), for at most 30 s, asynq's
+// lease on a task. asynq writes a task's outcome once, when the handler
+// returns; without this, a task that ends while Redis is down stays
+// active until its lease runs out and then runs again, or is archived if
+// it had no retries left. The client given to [New] must be asynq's Redis.
+// Default: true.
+func WithSettle(on bool) Option {
+	return optionFunc(func(c *config) error {
+		c.settle = on
+		return nil
+	})
+}
