@@ -44,8 +44,14 @@ func TestMemoryPerKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%-72s %4d bytes  %s", describe(tc.policy), bytes, l.Key(key))
-		if bytes > tc.bound {
-			t.Errorf("%s: %d bytes per key, bound %d", describe(tc.policy), bytes, tc.bound)
+		bound := tc.bound
+		if tg.Kind == "cluster" {
+			// A cluster node links each key into its slot's key list: 16
+			// more bytes per key (Redis 7.0), whatever the algorithm.
+			bound += 16
+		}
+		if bytes > bound {
+			t.Errorf("%s: %d bytes per key, bound %d", describe(tc.policy), bytes, bound)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval") {
 			c.pipelines.Add(1) // not the connection's own set-up
 		}
 		return next(ctx, cmds)

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// runPeek shows one key's state.
+func runPeek(a *app, args []string) error {
+	t, l, client, err := a.open(args)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	s, err := l.peek(ctx, t.caller)
+	if err != nil {
+		return err
+	}
+	present, err := l.present(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !present {
+		return errNoState(t, l)
+	}
+	return a.writePeek(s)
+}
+
+// runReset forgets one key's state.
+func runReset(a *app, args []string) error {
+	t, l, client, err := a.open(args)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	s, err := l.peek(ctx, t.caller)
+	if err != nil {
+		return err
+	}
+	present, err := l.present(ctx, s)
+	if err != nil {
+		return err
+	}
+	if !present {
+		return errNoState(t, l)
+	}
+	if err := l.reset(ctx, t.caller); err != nil {
+		return err
+	}
+	return a.writeReset(s)
+}
+
+// open parses peek's and reset's command line and connects: it returns the
+// key, its limiter and the client, which the caller closes.
+func (a *app) open(args []string) (target, *limiter, redis.UniversalClient, error) {
+	fs := a.commandFlags()
+	var pf policyFlags
+	pf.register(fs)
+	operands, err := a.parseCommand(fs, args)
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	operand, err := a.oneOperand(operands, "KEY")
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	t, err := a.resolveTarget(pf, operand)
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	client, err := a.connect(context.Background())
+	if err != nil {
+		return target{}, nil, nil, err
+	}
+	l, err := newLimiter(client, a.prefix, t.policy)
+	if err != nil {
+		_ = client.Close()
+		return target{}, nil, nil, err
+	}
+	return t, l, client, nil
+}
+
+// topOptions are top's own flags.
+type topOptions struct {
+	all   bool
+	limit int
+}
+
+// runTop lists the throttled keys under the prefix, longest wait first.
+func runTop(a *app, args []string) error {
+	fs := a.commandFlags()
+	var opts topOptions
+	fs.BoolVar(&opts.all, "all", false, "list every key, throttled or not")
+	fs.IntVar(&opts.limit, "limit", 0, "list at most `N` keys, the longest waits; 0: no limit")
+	operands, err := a.parseCommand(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(operands) > 0 {
+		return usagef("top: takes no arguments, got %q", operands)
+	}
+	if opts.limit < 0 {
+		return usagef("--limit must not be negative, got %d", opts.limit)
+	}
+	client, err := a.connect(context.Background())
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	keys, err := a.scanPrefix(context.Background(), client)
+	if err != nil {
+		return err
+	}
+	scanned, err := a.limitersOf(client, keys)
+	if err != nil {
+		return err
+	}
+	states, err := a.peekAll(scanned)
+	if err != nil {
+		return err
+	}
+	shown := states[:0]
+	for _, s := range states {
+		if opts.all || s.throttled() {
+			shown = append(shown, s)
+		}
+	}
+	sortByWait(shown)
+	if opts.limit > 0 && len(shown) > opts.limit {
+		shown = shown[:opts.limit]
+	}
+	return a.writeTop(shown, scanned)
+}
+
+// found is what a scan found: each limiter key once, and what it passed.
+type found struct {
+	keys     []foundKey
+	limiters map[string]*limiter // by policy id
+	scanned  int                 // keys under the prefix
+	hashed   int                 // keys whose caller key is stored by hash
+}
+
+type foundKey struct {
+	policy, caller string
+}
+
+// limitersOf reads scanned keys back to limiter and caller key. Blocks and
+// tickets fold into their caller key's entry; keys no limiter writes (the
+// worker's and the scheduler's) are passed over, and so are caller keys
+// stored by hash, which cannot be peeked.
+func (a *app) limitersOf(client redis.UniversalClient, keys []string) (found, error) {
+	f := found{limiters: map[string]*limiter{}, scanned: len(keys)}
+	seen := map[foundKey]bool{}
+	for _, key := range keys {
+		info, err := throttle.ParseKey(a.prefix, key)
+		if errors.Is(err, throttle.ErrNotLimiterKey) {
+			continue
+		}
+		if err != nil {
+			return found{}, err
+		}
+		k := foundKey{info.Policy, info.Caller}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if info.Hashed {
+			f.hashed++
+			continue
+		}
+		if f.limiters[info.Policy] == nil {
+			p, err := parsePolicy(info.Policy)
+			if err != nil {
+				return found{}, err
+			}
+			if f.limiters[info.Policy], err = newLimiter(client, a.prefix, p); err != nil {
+				return found{}, err
+			}
+		}
+		f.keys = append(f.keys, k)
+	}
+	return f, nil
+}
+
+// peekers is how many keys top peeks at once; the limiters share round
+// trips between them.
+const peekers = 16
+
+// peekAll peeks every key found, each within the --timeout.
+func (a *app) peekAll(f found) ([]state, error) {
+	states := make([]state, len(f.keys))
+	errs := make([]error, len(f.keys))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(peekers, len(f.keys)) {
+		wg.Go(func() {
+			for i := range next {
+				ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+				k := f.keys[i]
+				states[i], errs[i] = f.limiters[k.policy].peek(ctx, k.caller)
+				cancel()
+			}
+		})
+	}
+	for i := range f.keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	failed := 0
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > 0 {
+		return nil, fmt.Errorf("top: %d of %d keys could not be peeked; the first: %w", failed, len(f.keys), first)
+	}
+	return states, nil
+}
+
+// sortByWait puts the longest wait first (RETRY-AFTER or BLOCKED-FOR),
+// then the longest RESET-AFTER, then the Redis keys in order.
+func sortByWait(states []state) {
+	slices.SortFunc(states, func(x, y state) int {
+		if c := cmp.Compare(y.wait(), x.wait()); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.resetAfter, x.resetAfter); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.redisKey, y.redisKey)
+	})
+}

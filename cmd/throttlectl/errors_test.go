@@ -1,0 +1,149 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// TestThrottlectlBadInput: every mistake exits non-zero with one line on
+// stderr, 2 for the command line and 1 for what went wrong at run time.
+func TestThrottlectlBadInput(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}), "tenant-1", 1)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "limits.json")
+	writeJSON(t, config, map[string]string{"tenant": "gcra:1/1h:1", "broken": "gcra:1/1h"})
+	notJSON := filepath.Join(dir, "limits.yaml")
+	if err := os.WriteFile(notJSON, []byte("tenant: gcra:1/1h:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	closed, silent := closedAddr(t), silentAddr(t)
+	hashed := c.tg.Prefix + "gcra:1/1h0m0s:1:{%#" + strings.Repeat("ab", 32) + "}"
+	peek := []string{"peek", "--policy", "gcra:1/1h:1"}
+	unreachable := "cannot reach Redis at "
+	if c.tg.Kind == "cluster" {
+		unreachable = "cannot reach Redis Cluster at "
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string // after the target's global flags
+		code int
+		says string
+	}{
+		{"no command", nil, exitUsage, "no command"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{"unknown global flag", []string{"--frob", "top"}, exitUsage, "flag provided but not defined: -frob"},
+		{"unknown flag", []string{"peek", "--frob", "tenant-1"}, exitUsage, "flag provided but not defined: -frob"},
+		{"bad flag value", []string{"--timeout", "soon", "top"}, exitUsage, `invalid value "soon" for flag -timeout`},
+		{"zero timeout", []string{"top", "--timeout", "0s"}, exitUsage, "--timeout must be positive"},
+		{"address without port", []string{"--redis", "localhost", "top"}, exitUsage, `--redis "localhost": want host:port`},
+		{"bad port", []string{"--redis", "localhost:99999", "top"}, exitUsage, `bad port "99999"`},
+		{"bad seed", []string{"--cluster", "--redis", "127.0.0.1:7000,nowhere", "top"}, exitUsage, `--redis "nowhere"`},
+		{"nobody listening", append([]string{"--redis", closed}, append(peek, "tenant-1")...), exitFailure, unreachable + closed},
+		{"nobody answering", []string{"--redis", silent, "--timeout", "300ms", "top"}, exitFailure, unreachable + silent},
+		{"prefix with a brace", []string{"--prefix", "a{b", "top"}, exitUsage, "--prefix"},
+		{"malformed policy", []string{"peek", "--policy", "gcra:10/1s", "tenant-1"}, exitUsage, "--policy: throttle: invalid policy"},
+		{"invalid policy", []string{"peek", "--policy", "gcra:10/1s:0", "tenant-1"}, exitUsage, "Burst must be at least 1"},
+		{"unknown algorithm", []string{"reset", "--policy", "token-bucket:10/1s:1", "tenant-1"}, exitUsage, "unknown kind"},
+		{"missing key", peek, exitUsage, "peek: missing KEY"},
+		{"missing key to reset", []string{"reset", "--policy", "gcra:1/1h:1"}, exitUsage, "reset: missing KEY"},
+		{"empty key", append(peek, ""), exitUsage, "peek: empty KEY"},
+		{"two keys", append(peek, "tenant-1", "tenant-2"), exitUsage, "want one KEY, got 2"},
+		{"no policy", []string{"peek", "tenant-1"}, exitUsage, "name its limiter with --policy"},
+		{"policy and config", []string{"peek", "--policy", "gcra:1/1h:1", "--config", config, "--limiter", "tenant", "tenant-1"}, exitUsage, "not both"},
+		{"limiter without config", []string{"peek", "--limiter", "tenant", "tenant-1"}, exitUsage, "--limiter needs --config"},
+		{"config without limiter", []string{"peek", "--config", config, "tenant-1"}, exitUsage, "--config needs --limiter"},
+		{"missing config", []string{"peek", "--config", filepath.Join(dir, "nope.json"), "--limiter", "tenant", "tenant-1"}, exitUsage, "no such file"},
+		{"config not JSON", []string{"peek", "--config", notJSON, "--limiter", "tenant", "tenant-1"}, exitUsage, "want a JSON object"},
+		{"unknown limiter", []string{"peek", "--config", config, "--limiter", "exports", "tenant-1"}, exitUsage, `has no limiter "exports" (it has ["broken" "tenant"])`},
+		{"bad policy in config", []string{"peek", "--config", config, "--limiter", "broken", "tenant-1"}, exitUsage, `limiter "broken": throttle: invalid policy`},
+		{"hashed Redis key", []string{"peek", hashed}, exitUsage, "stored by its hash"},
+		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for key "tenant-2"`},
+		{"no such key to reset", []string{"reset", "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for key "tenant-2"`},
+		{"same key, other policy", []string{"peek", "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for key "tenant-1"`},
+		{"top with an argument", []string{"top", "tenant-1"}, exitUsage, "top: takes no arguments"},
+		{"negative limit", []string{"top", "--limit", "-1"}, exitUsage, "--limit must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fails(t, c.run(tc.args...), tc.code, tc.says)
+		})
+	}
+}
+
+// TestThrottlectlHelp: --help lists the commands and the flags with their
+// defaults, on stdout, and exits 0.
+func TestThrottlectlHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		says []string
+	}{
+		{[]string{"--help"}, []string{"usage: throttlectl", "peek", "reset", "top", "-redis host:port", `(default "throttle:")`, "(default 5s)", "-cluster", "-json"}},
+		{[]string{"help"}, []string{"usage: throttlectl", "-prefix prefix"}},
+		{[]string{"peek", "--help"}, []string{"usage: throttlectl [global flags] peek", "-policy policy", "-config file", "-limiter name", "-redis"}},
+		{[]string{"reset", "-h"}, []string{"usage: throttlectl [global flags] reset", "-policy policy"}},
+		{[]string{"top", "--help"}, []string{"usage: throttlectl [global flags] top", "-all", "-limit N", "-timeout"}},
+	} {
+		r := runBinary(t, tc.args...)
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("want exit 0 and nothing on stderr: %v", r)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("%q: help lacks %q:\n%s", tc.args, s, r.stdout)
+			}
+		}
+	}
+}
+
+// closedAddr returns an address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// silentAddr returns the address of a server that accepts connections and
+// never answers, until the test ends.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+	})
+	return ln.Addr().String()
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// globals are the flags every command takes.
+type globals struct {
+	redisAddr string
+	cluster   bool
+	prefix    string
+	json      bool
+	timeout   time.Duration
+}
+
+// defaultRedis is where Redis is looked for without --redis.
+const defaultRedis = "127.0.0.1:6379"
+
+func defaultGlobals() globals {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = defaultRedis
+	}
+	return globals{redisAddr: addr, prefix: throttle.DefaultPrefix, timeout: 5 * time.Second}
+}
+
+// register defines the global flags on fs, with their current values as
+// defaults: a command's flag set takes them again after the command name.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.redisAddr, "redis", g.redisAddr, "Redis `host:port`, $REDIS_ADDR when set; with --cluster, the comma-separated seeds of a Cluster")
+	fs.BoolVar(&g.cluster, "cluster", g.cluster, "--redis names seeds of a Redis Cluster; top scans every master")
+	fs.StringVar(&g.prefix, "prefix", g.prefix, "key `prefix` of the limiters (their WithPrefix)")
+	fs.BoolVar(&g.json, "json", g.json, "write one JSON document instead of a table")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "how long to wait for Redis: peek and reset as a whole, top per SCAN page and per key")
+}
+
+// check reports what is wrong with the global flags.
+func (g *globals) check() error {
+	if g.timeout <= 0 {
+		return usagef("--timeout must be positive, got %s", g.timeout)
+	}
+	if strings.ContainsAny(g.prefix, "{}") {
+		return usagef("--prefix %q: a prefix holds no '{' or '}' (WithPrefix refuses them)", g.prefix)
+	}
+	_, err := g.addrs()
+	return err
+}
+
+// addrs returns the address, or a cluster's seeds, checked for form.
+func (g *globals) addrs() ([]string, error) {
+	addrs := []string{g.redisAddr}
+	if g.cluster {
+		addrs = strings.Split(g.redisAddr, ",")
+	}
+	for _, addr := range addrs {
+		_, port, err := net.SplitHostPort(strings.TrimSpace(addr))
+		if err != nil {
+			return nil, usagef("--redis %q: want host:port: %v", addr, errors.Unwrap(err))
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, usagef("--redis %q: bad port %q", addr, port)
+		}
+	}
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	return addrs, nil
+}
+
+// policyFlags name the limiter a key belongs to: --policy, or --config with
+// --limiter.
+type policyFlags struct {
+	policy  string
+	config  string
+	limiter string
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.policy, "policy", "", "the limiter's `policy`, as in its keys: gcra:10/1s:5, tb:10/1s:5, lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, conc:3/30s")
+	fs.StringVar(&p.config, "config", "", "JSON `file` mapping limiter names to policies, e.g. {\"tenant\": \"gcra:10/1s:5\"}")
+	fs.StringVar(&p.limiter, "limiter", "", "`name` of the limiter in --config")
+}
+
+// newFlagSet returns a flag set that reports nothing itself: throttlectl
+// writes its errors in one line, and help on stdout.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// commandFlags returns the flag set of a's command, with the global flags
+// on it too.
+func (a *app) commandFlags() *flag.FlagSet {
+	fs := newFlagSet("throttlectl " + a.command.name)
+	a.globals.register(fs)
+	return fs
+}
+
+// parseCommand parses a command's arguments, flags and operands in any
+// order ("--" ends the flags), and checks the global flags. On --help it
+// writes the command's help to stdout and returns flag.ErrHelp.
+func (a *app) parseCommand(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(a.stdout, "usage: throttlectl [global flags] %s %s\n\n%s\n\nflags:\n", a.command.name, a.command.args, a.command.summary)
+				printDefaults(a.stdout, fs)
+			}
+			return nil, usageFlagError(err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			operands = append(operands, rest...)
+			break
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+	return operands, a.globals.check()
+}
+
+// usageFlagError marks a flag package error as a usage error, leaving
+// flag.ErrHelp as it is.
+func usageFlagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
+}
+
+// printDefaults writes fs's flags and their defaults to w.
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// oneOperand returns the single operand a command takes.
+func (a *app) oneOperand(operands []string, what string) (string, error) {
+	switch {
+	case len(operands) == 0:
+		return "", usagef("%s: missing %s", a.command.name, what)
+	case len(operands) > 1:
+		return "", usagef("%s: want one %s, got %d arguments: %q", a.command.name, what, len(operands), operands)
+	case operands[0] == "":
+		return "", usagef("%s: empty %s", a.command.name, what)
+	}
+	return operands[0], nil
+}

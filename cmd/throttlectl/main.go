@@ -1,0 +1,169 @@
+// Command throttlectl looks into the limits jobthrottle keeps in Redis and
+// resets them: it answers "why is tenant X's work waiting, and for how
+// long?".
+//
+//	throttlectl [global flags] peek --policy POLICY KEY
+//	throttlectl [global flags] peek --config FILE --limiter NAME KEY
+//	throttlectl [global flags] peek REDIS-KEY
+//	throttlectl [global flags] reset --policy POLICY KEY
+//	throttlectl [global flags] top [--all] [--limit N]
+//
+// A policy is written as the library writes it inside its Redis keys:
+// gcra:10/1s:5 (GCRA, 10 per second, burst 5), tb:10/1s:5 (TokenBucket),
+// lb:10/1m:5 (LeakyBucket, capacity 5), fw:25/1m (FixedWindow, 25 a
+// minute), sl:25/1s (SlidingLog), sw:25/1s (SlidingWindow) and conc:3/30s
+// (a ConcurrencyLimiter: 3 holders, 30 s leases). KEY is the caller key
+// given to the limiter ("tenant-42"). The --config file maps names to
+// policies: {"tenant": "gcra:10/1s:5", "exports": "conc:3/30s"}.
+//
+// peek shows whether a unit would be admitted now, how many remain, how long
+// until the next one would be admitted (RETRY-AFTER), until the key is back
+// to full capacity (RESET-AFTER) and until a block set by Limiter.BlockFor
+// ends (BLOCKED-FOR); for a concurrency cap, its holders and free slots.
+// peek without --policy or --limiter takes a full Redis key as top lists
+// it. reset forgets a key's state and lifts its block. Both fail when the
+// key has no state in Redis. top scans the prefix with SCAN (never KEYS),
+// on every master of a Cluster, and lists the keys throttled now (nothing
+// admitted, or blocked), longest wait first; --all lists every key.
+//
+// Redis keeps no record of when a key began to be throttled, so the answer
+// to "since when" is the state's own: how long the wait and the block still
+// last, and how long until the key is whole again.
+//
+// Output is an aligned table, durations rounded up to the millisecond, or
+// with --json one JSON document, durations both as text and in
+// microseconds: an object for peek and reset, an array for top. Errors are one line on stderr;
+// the exit status is 1 for a failure at run time (Redis unreachable, no
+// state for the key) and 2 for a usage error (bad flag, policy, address or
+// config). Global flags may also follow the command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command could not do its work
+	exitUsage   = 2 // the command line was wrong
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // what follows the name in its usage line
+	summary string
+	run     func(a *app, args []string) error
+}
+
+var commands = []command{
+	{"peek", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "show one key's state: admitted now?, remaining, retry-after, reset-after, block", runPeek},
+	{"reset", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "forget one key's state and lift its block", runReset},
+	{"top", "[--all] [--limit N]", "list the keys throttled now, longest wait first", runTop},
+}
+
+// run is the whole command: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	redis.SetLogger(silentLogger{})
+	err := dispatch(args, stdout, stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "throttlectl: "+oneLine(err.Error()))
+	if errors.As(err, new(usageError)) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// dispatch parses the global flags and runs the command they lead to.
+func dispatch(args []string, stdout, stderr io.Writer) error {
+	a := &app{stdout: stdout, stderr: stderr, globals: defaultGlobals()}
+	fs := newFlagSet("throttlectl")
+	a.globals.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
+		}
+		return usageFlagError(err)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usagef("no command: want peek, reset or top (see throttlectl --help)")
+	}
+	if rest[0] == "help" {
+		printUsage(stdout, fs)
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == rest[0] {
+			a.command = c
+			return c.run(a, rest[1:])
+		}
+	}
+	return usagef("unknown command %q: want peek, reset or top", rest[0])
+}
+
+// printUsage writes the top-level help.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `usage: throttlectl [global flags] <command> [flags] [args]
+
+Looks into the limits jobthrottle keeps in Redis, and resets them.
+
+commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-6s %s\n         %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprint(w, `
+POLICY is written as in the library's Redis keys: gcra:10/1s:5, tb:10/1s:5,
+lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, or conc:3/30s for a concurrency
+cap. A --config FILE maps names to policies: {"tenant": "gcra:10/1s:5"}.
+Exit status: 0 done, 1 failed (Redis, no state for the key), 2 usage error.
+
+global flags (also accepted after the command):
+`)
+	printDefaults(w, fs)
+}
+
+// app is what every command works with.
+type app struct {
+	globals
+	command command
+	stdout  io.Writer
+	stderr  io.Writer // for notes; errors go up to run
+}
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// oneLine joins the lines of an error message.
+func oneLine(s string) string {
+	return lineBreaks.Replace(strings.TrimSpace(s))
+}
+
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
+
+// silentLogger keeps go-redis's own log lines off stderr: throttlectl
+// reports every failure itself, in one line.
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+)
+
+// jsonState is a key's state in --json output. Durations come twice: as Go
+// durations ("1m30s") for people and in microseconds, the library's
+// resolution, for programs.
+type jsonState struct {
+	Key          string `json:"key"`
+	RedisKey     string `json:"redis_key"`
+	Policy       string `json:"policy"`
+	Kind         string `json:"kind"` // "rate" or "concurrency"
+	Throttled    bool   `json:"throttled"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int    `json:"limit"`
+	Remaining    int    `json:"remaining"`
+	Holders      *int   `json:"holders,omitempty"` // concurrency caps only
+	RetryAfter   string `json:"retry_after"`
+	RetryAfterUS int64  `json:"retry_after_us"`
+	ResetAfter   string `json:"reset_after"`
+	ResetAfterUS int64  `json:"reset_after_us"`
+	BlockedFor   string `json:"blocked_for"`
+	BlockedForUS int64  `json:"blocked_for_us"`
+}
+
+func toJSON(s state) jsonState {
+	j := jsonState{
+		Key:          s.caller,
+		RedisKey:     s.redisKey,
+		Policy:       s.policy,
+		Kind:         "rate",
+		Throttled:    s.throttled(),
+		Allowed:      s.allowed,
+		Limit:        s.limit,
+		Remaining:    s.remaining,
+		RetryAfter:   s.retryAfter.String(),
+		RetryAfterUS: s.retryAfter.Microseconds(),
+		ResetAfter:   s.resetAfter.String(),
+		ResetAfterUS: s.resetAfter.Microseconds(),
+		BlockedFor:   s.blockedFor.String(),
+		BlockedForUS: s.blockedFor.Microseconds(),
+	}
+	if s.concurrency {
+		j.Kind = "concurrency"
+		holders := s.holders()
+		j.Holders = &holders
+	}
+	return j
+}
+
+// writeJSON writes v as one indented JSON document.
+func (a *app) writeJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// writePeek writes one key's state: a table of one row, or a JSON object.
+func (a *app) writePeek(s state) error {
+	if a.json {
+		return a.writeJSON(toJSON(s))
+	}
+	tw := newTable(a.stdout)
+	if s.concurrency {
+		row(tw, "KEY", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+		row(tw, display(s.caller), s.policy, yesNo(s.allowed), fraction(s.holders(), s.limit),
+			strconv.Itoa(s.remaining), short(s.retryAfter), short(s.resetAfter))
+	} else {
+		row(tw, "KEY", "POLICY", "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+		row(tw, display(s.caller), s.policy, yesNo(s.allowed), fraction(s.remaining, s.limit),
+			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
+	}
+	return tw.Flush()
+}
+
+// writeReset reports a reset and the state it forgot.
+func (a *app) writeReset(before state) error {
+	if a.json {
+		return a.writeJSON(struct {
+			Reset bool `json:"reset"`
+			jsonState
+		}{true, toJSON(before)})
+	}
+	_, err := fmt.Fprintf(a.stdout, "reset %s under %s (Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
+		display(before.caller), before.policy, display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
+	return err
+}
+
+// writeTop writes top's listing: a table, or a JSON array.
+func (a *app) writeTop(states []state, f found) error {
+	if f.hashed > 0 {
+		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys under the prefix store their caller key by hash (WithKeyHashing) and were not peeked\n", f.hashed)
+	}
+	if a.json {
+		list := make([]jsonState, len(states))
+		for i, s := range states {
+			list[i] = toJSON(s)
+		}
+		return a.writeJSON(list)
+	}
+	if len(states) == 0 {
+		_, err := fmt.Fprintf(a.stdout, "no key throttled now under the prefix %q (%d limiter keys of %d keys scanned)\n", a.prefix, len(f.keys), f.scanned)
+		return err
+	}
+	tw := newTable(a.stdout)
+	row(tw, "KEY", "POLICY", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	for _, s := range states {
+		blocked := short(s.blockedFor)
+		if s.concurrency {
+			blocked = "-"
+		}
+		row(tw, display(s.caller), s.policy, fraction(s.remaining, s.limit), short(s.retryAfter), short(s.resetAfter), blocked)
+	}
+	return tw.Flush()
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func row(w io.Writer, cells ...string) { fmt.Fprintln(w, strings.Join(cells, "\t")) }
+
+// display returns a key as a table shows it: as it is when it is plain
+// printable text without spaces, else quoted, so that no key can break the
+// table's columns or the terminal.
+func display(s string) string {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '"' || r == unicode.ReplacementChar {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// short returns d for a table: rounded up to the millisecond, so that a
+// wait is never shown shorter than it is (JSON has it to the microsecond).
+func short(d time.Duration) string {
+	if rest := d % time.Millisecond; rest > 0 {
+		d += time.Millisecond - rest
+	}
+	return d.String()
+}
+
+func fraction(n, of int) string { return strconv.Itoa(n) + "/" + strconv.Itoa(of) }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// decade is a window so long that no test meets one of its boundaries
+// (windows are aligned to the Unix epoch).
+const decade = 87600 * time.Hour
+
+// TestThrottlectlPeek takes units from keys of every policy type, then
+// peeks them as table and as JSON: the remaining units are exact.
+func TestThrottlectlPeek(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	for _, tc := range []struct {
+		name      string
+		policy    throttle.Policy
+		flag      string // --policy as an operator writes it
+		id        string // as the library writes it
+		caller    string
+		take      int
+		remaining int
+		limit     int
+		period    time.Duration // how long the retry-after may be, when throttled
+	}{
+		{"gcra", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/60m:5", "gcra:10/1h0m0s:5", "tenant-42", 2, 3, 5, 0},
+		{"gcra full", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/1h0m0s:5", "gcra:10/1h0m0s:5", "tenant{7}%", 5, 0, 5, 6 * time.Minute},
+		{"token bucket", throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/90m:4", "tb:3/1h30m0s:4", "tenant-1", 4, 0, 4, 30 * time.Minute},
+		{"leaky bucket", throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}, "lb:5/1h:5", "lb:5/1h0m0s:5", "tenant-2", 1, 4, 5, 0},
+		{"fixed window", throttle.FixedWindow{Limit: 25, Window: decade}, "fw:25/87600h", "fw:25/87600h0m0s", "tenant-3", 7, 18, 25, 0},
+		{"sliding log", throttle.SlidingLog{Limit: 3, Window: time.Hour}, "sl:3/1h", "sl:3/1h0m0s", "tenant-4", 3, 0, 3, time.Hour},
+		{"sliding window", throttle.SlidingWindow{Limit: 100, Window: decade}, "sw:100/87600h", "sw:100/87600h0m0s", "tenant-5", 40, 60, 100, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := c.limiter(tc.policy)
+			take(t, l, tc.caller, tc.take)
+			var got peekJSON
+			c.okJSON(&got, "peek", "--policy", tc.flag, tc.caller)
+			throttled := tc.remaining == 0
+			if got.Key != tc.caller || got.RedisKey != l.Key(tc.caller) || got.Policy != tc.id || got.Kind != "rate" ||
+				got.Remaining != tc.remaining || got.Limit != tc.limit || got.Allowed == throttled || got.Throttled != throttled ||
+				got.Holders != nil || got.BlockedForUS != 0 || got.ResetAfterUS <= 0 {
+				t.Errorf("peek --json: %+v", got)
+			}
+			if retry := time.Duration(got.RetryAfterUS) * time.Microsecond; throttled && (retry <= tc.period-time.Minute || retry > tc.period) ||
+				!throttled && retry != 0 {
+				t.Errorf("retry-after %s, want 0 or just under %s", retry, tc.period)
+			}
+			got.checkDurations(t)
+
+			r := c.ok("peek", "--policy", tc.flag, tc.caller)
+			rows := checkTable(t, r.stdout, "KEY", "POLICY", "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+			want := []string{tc.caller, tc.id, map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
+			if len(rows) != 2 || strings.Join(rows[1][:4], " ") != strings.Join(want, " ") || rows[1][6] != "0s" {
+				t.Errorf("peek table rows %q, want a row starting %q", rows, want)
+			}
+		})
+	}
+}
+
+// TestThrottlectlPeekConcurrency shows a concurrency cap's holders and free
+// slots, then the cap full.
+func TestThrottlectlPeekConcurrency(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	exports := c.concurrency(throttle.Concurrency{Limit: 3, Lease: time.Hour})
+	acquire(t, exports, "tenant-9")
+	acquire(t, exports, "tenant-9")
+
+	var got peekJSON
+	c.okJSON(&got, "peek", "--policy", "conc:3/1h", "tenant-9")
+	if got.Kind != "concurrency" || got.Policy != "conc:3/1h0m0s" || got.Holders == nil || *got.Holders != 2 ||
+		got.Remaining != 1 || got.Limit != 3 || !got.Allowed || got.Throttled || got.RedisKey != exports.Key("tenant-9") {
+		t.Errorf("peek --json: %+v", got)
+	}
+	r := c.ok("peek", "--policy", "conc:3/1h", "tenant-9")
+	rows := checkTable(t, r.stdout, "KEY", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+	if want := "tenant-9 conc:3/1h0m0s yes 2/3 1 0s"; len(rows) != 2 || strings.Join(rows[1][:6], " ") != want {
+		t.Errorf("peek table rows %q, want %q", rows, want)
+	}
+
+	acquire(t, exports, "tenant-9")
+	c.okJSON(&got, "peek", "--policy", "conc:3/1h", "tenant-9")
+	if *got.Holders != 3 || got.Remaining != 0 || got.Allowed || !got.Throttled || got.RetryAfterUS <= int64((59*time.Minute).Microseconds()) {
+		t.Errorf("peek --json of a full cap: %+v", got)
+	}
+}
+
+// TestThrottlectlPeekBlocked peeks keys blocked by BlockFor: a window,
+// whose block lives beside its (absent) state, and a meter.
+func TestThrottlectlPeekBlocked(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	for _, p := range []throttle.Policy{
+		throttle.FixedWindow{Limit: 5, Window: decade},
+		throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5},
+	} {
+		l := c.limiter(p)
+		if err := l.BlockFor(context.Background(), "tenant-b", 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		var got peekJSON
+		// The Redis key names the policy. Peek and BlockedFor are two calls:
+		// the retry-after, read first, is a little longer.
+		c.okJSON(&got, "peek", l.Key("tenant-b"))
+		blocked := time.Duration(got.BlockedForUS) * time.Microsecond
+		if got.Allowed || !got.Throttled || got.Remaining != 0 || blocked <= 9*time.Minute || blocked > 10*time.Minute ||
+			got.RetryAfterUS < got.BlockedForUS || got.RetryAfterUS-got.BlockedForUS > 1e6 || got.Key != "tenant-b" {
+			t.Errorf("%T: peek --json of a blocked key: %+v", p, got)
+		}
+	}
+}
+
+// TestThrottlectlReset resets keys, after which peek and reset find no
+// state, and the keys admit again.
+func TestThrottlectlReset(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	gcra := c.limiter(throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
+	take(t, gcra, "tenant{1}", 1)
+	window := c.limiter(throttle.SlidingWindow{Limit: 2, Window: decade})
+	take(t, window, "tenant-2", 2)
+	if err := window.BlockFor(ctx, "tenant-2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	exports := c.concurrency(throttle.Concurrency{Limit: 1, Lease: time.Hour})
+	acquire(t, exports, "tenant-3")
+
+	r := c.ok("reset", "--policy", "gcra:1/1h:1", "tenant{1}")
+	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h0m0s:1 ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
+		t.Errorf("reset says %q", r.stdout)
+	}
+	var got struct {
+		Reset bool `json:"reset"`
+		peekJSON
+	}
+	c.okJSON(&got, "reset", "--policy", "sw:2/87600h", "tenant-2")
+	if !got.Reset || got.Key != "tenant-2" || !got.Throttled || got.BlockedForUS == 0 || got.RedisKey != window.Key("tenant-2") {
+		t.Errorf("reset --json: %+v", got)
+	}
+	c.ok("reset", exports.Key("tenant-3")) // the Redis key names the policy
+
+	for _, tc := range []struct {
+		policy, caller, redisKey string
+	}{
+		{"gcra:1/1h:1", "tenant{1}", gcra.Key("tenant{1}")},
+		{"sw:2/87600h", "tenant-2", window.Key("tenant-2")},
+		{"conc:1/1h", "tenant-3", exports.Key("tenant-3")},
+	} {
+		for _, command := range []string{"peek", "reset"} {
+			fails(t, c.run(command, "--policy", tc.policy, tc.caller), exitFailure, "no state for key "+quote(tc.caller))
+		}
+		if n, err := c.tg.Client.Exists(ctx, tc.redisKey, tc.redisKey+":block").Result(); err != nil || n != 0 {
+			t.Errorf("%s: %d keys left after reset, %v", tc.redisKey, n, err)
+		}
+	}
+	take(t, gcra, "tenant{1}", 1)
+	take(t, window, "tenant-2", 2)
+}
+
+// TestThrottlectlConfig names limiters from a config file.
+func TestThrottlectlConfig(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	config := filepath.Join(t.TempDir(), "limits.json")
+	writeJSON(t, config, map[string]string{"tenant": "gcra:10/1h:5", "exports": "conc:2/1h", "nightly": "fw:50/87600h"})
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-42", 4)
+	acquire(t, c.concurrency(throttle.Concurrency{Limit: 2, Lease: time.Hour}), "tenant-42")
+
+	var got peekJSON
+	c.okJSON(&got, "peek", "--config", config, "--limiter", "tenant", "tenant-42")
+	if got.Policy != "gcra:10/1h0m0s:5" || got.Remaining != 1 {
+		t.Errorf("peek --limiter tenant: %+v", got)
+	}
+	c.okJSON(&got, "peek", "--config", config, "--limiter", "exports", "tenant-42")
+	if got.Policy != "conc:2/1h0m0s" || *got.Holders != 1 {
+		t.Errorf("peek --limiter exports: %+v", got)
+	}
+	c.ok("reset", "--config", config, "--limiter", "tenant", "tenant-42")
+	fails(t, c.run("peek", "--config", config, "--limiter", "tenant", "tenant-42"), exitFailure, "no state for key")
+	fails(t, c.run("peek", "--config", config, "--limiter", "nightly", "tenant-42"), exitFailure, "no state for key")
+}
+
+// TestThrottlectlFlagsAnywhere: flags may follow the key, global flags may
+// follow the command, and "--" ends the flags.
+func TestThrottlectlFlagsAnywhere(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "-dash", 1)
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-1", 2)
+	global := c.global
+	c.global = nil
+	var got peekJSON
+	c.okJSON(&got, append(append([]string{"peek", "tenant-1"}, global...), "--policy", "gcra:10/1h:5")...)
+	if got.Key != "tenant-1" || got.Remaining != 3 {
+		t.Errorf("peek KEY --flags: %+v", got)
+	}
+	c.okJSON(&got, append(append([]string{"peek", "--policy", "gcra:10/1h:5"}, global...), "--", "-dash")...)
+	if got.Key != "-dash" || got.Remaining != 4 {
+		t.Errorf("peek -- -dash: %+v", got)
+	}
+}
+
+// checkTable checks that out is an aligned table with the given header and
+// returns its rows: every cell starts where its column's header does.
+func checkTable(t *testing.T, out string, header ...string) [][]string {
+	t.Helper()
+	rows := tableRows(t, out)
+	if strings.Join(rows[0], " ") != strings.Join(header, " ") {
+		t.Fatalf("table header %q, want %q", rows[0], header)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	starts := cellStarts(lines[0])
+	for _, line := range lines[1:] {
+		got := cellStarts(line)
+		if len(got) != len(starts) {
+			t.Fatalf("row %q has %d cells, the header %d", line, len(got), len(starts))
+		}
+		for i := range got {
+			if got[i] != starts[i] {
+				t.Fatalf("table not aligned:\n%s", out)
+			}
+		}
+	}
+	return rows
+}
+
+// cellStarts returns the columns (in runes, as tabwriter counts) at which
+// a line's cells start.
+func cellStarts(line string) []int {
+	var starts []int
+	column, previous := 0, ' '
+	for _, r := range line {
+		if r != ' ' && previous == ' ' {
+			starts = append(starts, column)
+		}
+		column++
+		previous = r
+	}
+	return starts
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func quote(s string) string { return strconv.Quote(s) }
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

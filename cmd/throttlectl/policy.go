@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// policy is a limiter's policy as the command line or a key names it: a
+// rate policy, or a concurrency cap, which the library keeps as a type of
+// its own.
+type policy struct {
+	rate throttle.Policy      // nil for a concurrency cap
+	conc throttle.Concurrency // zero for a rate policy
+}
+
+// parsePolicy reads a policy in its short form: "gcra:10/1s:5",
+// "conc:3/30s".
+func parsePolicy(s string) (policy, error) {
+	if strings.HasPrefix(s, "conc:") {
+		c, err := throttle.ParseConcurrency(s)
+		return policy{conc: c}, err
+	}
+	p, err := throttle.ParsePolicy(s)
+	return policy{rate: p}, err
+}
+
+// target is what peek and reset work on: a limiter's policy and a caller
+// key.
+type target struct {
+	policy policy
+	caller string
+}
+
+// resolveTarget reads the limiter and caller key a command names: KEY with
+// --policy, KEY with --config and --limiter, or a full Redis key under the
+// prefix.
+func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
+	switch {
+	case pf.policy != "" && (pf.config != "" || pf.limiter != ""):
+		return target{}, usagef("%s: give --policy, or --config with --limiter, not both", a.command.name)
+	case pf.policy != "":
+		p, err := parsePolicy(pf.policy)
+		if err != nil {
+			return target{}, usagef("--policy: %v", err)
+		}
+		return target{p, operand}, nil
+	case pf.config != "" || pf.limiter != "":
+		p, err := policyFromConfig(pf.config, pf.limiter)
+		if err != nil {
+			return target{}, err
+		}
+		return target{p, operand}, nil
+	}
+	info, err := throttle.ParseKey(a.prefix, operand)
+	if err != nil {
+		return target{}, usagef("%s %q: name its limiter with --policy, or --config and --limiter; or give a limiter's Redis key under the prefix %q, as top lists it", a.command.name, operand, a.prefix)
+	}
+	if info.Hashed {
+		return target{}, usagef("%s %q: the caller key is stored by its hash (WithKeyHashing), which throttlectl cannot address", a.command.name, operand)
+	}
+	p, err := parsePolicy(info.Policy)
+	if err != nil {
+		return target{}, usagef("%s %q: %v", a.command.name, operand, err)
+	}
+	return target{p, info.Caller}, nil
+}
+
+// policyFromConfig reads the policy named limiter from the JSON file at
+// path, an object of names and policies:
+//
+//	{"tenant": "gcra:10/1s:5", "exports": "conc:3/30s"}
+func policyFromConfig(path, limiter string) (policy, error) {
+	switch {
+	case path == "":
+		return policy{}, usagef("--limiter needs --config FILE")
+	case limiter == "":
+		return policy{}, usagef("--config needs --limiter NAME")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return policy{}, usagef("--config: %v", err)
+	}
+	var named map[string]string
+	if err := json.Unmarshal(data, &named); err != nil {
+		return policy{}, usagef("--config %s: want a JSON object of limiter names and policy strings: %v", path, err)
+	}
+	s, ok := named[limiter]
+	if !ok {
+		names := make([]string, 0, len(named))
+		for name := range named {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return policy{}, usagef("--config %s has no limiter %q (it has %q)", path, limiter, names)
+	}
+	p, err := parsePolicy(s)
+	if err != nil {
+		return policy{}, usagef("--config %s, limiter %q: %v", path, limiter, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// limiter is a rate limiter or a concurrency limiter, seen one way.
+type limiter struct {
+	id     string                       // the policy's short form, as in its keys
+	rate   *throttle.Limiter            // nil for a concurrency cap
+	conc   *throttle.ConcurrencyLimiter // nil for a rate policy
+	client redis.UniversalClient
+}
+
+// newLimiter returns the library's limiter for p under prefix. It logs
+// nothing: throttlectl reports failures itself.
+func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter, error) {
+	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
+	l := &limiter{client: client}
+	var err error
+	if p.rate != nil {
+		l.rate, err = throttle.New(client, p.rate, opts...)
+	} else {
+		l.conc, err = throttle.NewConcurrencyLimiter(client, p.conc, opts...)
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	// The policy as the library writes it, whatever form it was given in.
+	info, err := throttle.ParseKey(prefix, l.key("x"))
+	if err != nil {
+		return nil, fmt.Errorf("reading back the limiter's own key: %w", err)
+	}
+	l.id = info.Policy
+	return l, nil
+}
+
+// key returns the Redis key of caller's state.
+func (l *limiter) key(caller string) string {
+	if l.rate != nil {
+		return l.rate.Key(caller)
+	}
+	return l.conc.Key(caller)
+}
+
+// state is one key's state, as peek and top show it.
+type state struct {
+	caller      string
+	redisKey    string
+	policy      string
+	concurrency bool
+	allowed     bool // one unit (one slot) would be admitted now
+	limit       int
+	remaining   int // units (free slots) left now
+	retryAfter  time.Duration
+	resetAfter  time.Duration
+	blockedFor  time.Duration
+}
+
+// throttled reports a key that admits nothing now.
+func (s state) throttled() bool { return !s.allowed || s.blockedFor > 0 }
+
+// wait is how long until the key admits a unit again.
+func (s state) wait() time.Duration { return max(s.retryAfter, s.blockedFor) }
+
+// holders is a concurrency cap's holders now.
+func (s state) holders() int { return s.limit - s.remaining }
+
+// peek reads caller's state without changing it.
+func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
+	s := state{caller: caller, redisKey: l.key(caller), policy: l.id, concurrency: l.conc != nil}
+	var r throttle.Result
+	var err error
+	if l.conc != nil {
+		r, err = l.conc.Peek(ctx, caller)
+	} else {
+		r, err = l.rate.Peek(ctx, caller)
+		if err == nil {
+			s.blockedFor, err = l.rate.BlockedFor(ctx, caller)
+		}
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("peeking %q: %w", s.redisKey, err)
+	}
+	s.allowed, s.limit, s.remaining = r.Allowed, r.Limit, r.Remaining
+	s.retryAfter, s.resetAfter = r.RetryAfter, r.ResetAfter
+	return s, nil
+}
+
+// present reports whether s, just peeked, has anything in Redis: its state
+// key, or a block (which a window policy keeps beside its state).
+func (l *limiter) present(ctx context.Context, s state) (bool, error) {
+	if s.blockedFor > 0 {
+		return true, nil
+	}
+	n, err := l.client.Exists(ctx, s.redisKey).Result()
+	if err != nil {
+		return false, fmt.Errorf("looking up %q: %w", s.redisKey, err)
+	}
+	return n > 0, nil
+}
+
+// reset forgets caller's state and lifts its block; on a concurrency cap
+// it drops every holder.
+func (l *limiter) reset(ctx context.Context, caller string) error {
+	var err error
+	if l.conc != nil {
+		err = l.conc.Reset(ctx, caller)
+	} else {
+		err = l.rate.Reset(ctx, caller)
+	}
+	if err != nil {
+		return fmt.Errorf("resetting %q: %w", l.key(caller), err)
+	}
+	return nil
+}
+
+// errNoState is the failure of peek and reset on a key Redis knows nothing
+// about.
+func errNoState(t target, l *limiter) error {
+	return fmt.Errorf("no state for key %q under policy %s (Redis key %q): it has not been limited lately, or under another policy or --prefix", t.caller, l.id, l.key(t.caller))
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// topScene is keys of every kind under one prefix: five throttled ones
+// (three used up, one blocked, a full concurrency cap), three that are not
+// (one of them with a ticket beside its state), and keys of the worker and
+// the scheduler that no limiter wrote.
+type topScene struct {
+	throttled []topEntry // longest wait first
+	free      []topEntry
+}
+
+type topEntry struct {
+	key, policy string
+	remaining   int
+}
+
+func newTopScene(t *testing.T, c *cli) topScene {
+	t.Helper()
+	ctx := context.Background()
+	var s topScene
+
+	// Used up: waits of about 2h, 1h and 30m.
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 2 * time.Hour}, Burst: 1}), "tenant-a", 1)
+	take(t, c.limiter(throttle.SlidingLog{Limit: 3, Window: time.Hour}), "tenant-b", 3)
+	take(t, c.limiter(throttle.TokenBucket{Rate: throttle.PerHour(2), Burst: 2}), "tenant{c}", 2)
+	// Blocked for 20m: a window keeps its block beside a state it may not
+	// have.
+	blocked := c.limiter(throttle.SlidingWindow{Limit: 10, Window: time.Hour})
+	if err := blocked.BlockFor(ctx, "tenant-d", 20*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A full concurrency cap: the oldest lease runs out in about 10m.
+	exports := c.concurrency(throttle.Concurrency{Limit: 2, Lease: 10 * time.Minute})
+	acquire(t, exports, "exports")
+	acquire(t, exports, "exports")
+	s.throttled = []topEntry{
+		{"tenant-a", "gcra:1/2h0m0s:1", 0},
+		{"tenant-b", "sl:3/1h0m0s", 0},
+		{"tenant{c}", "tb:2/1h0m0s:2", 0},
+		{"tenant-d", "sw:10/1h0m0s", 0},
+		{"exports", "conc:2/10m0s", 0},
+	}
+
+	take(t, c.limiter(throttle.FixedWindow{Limit: 5, Window: decade}), "tenant-f", 1)
+	take(t, c.limiter(throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}), "tenant-g", 2)
+	booked := c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5})
+	if r, err := booked.ReserveFor(ctx, "tenant-h", throttle.Ticket{ID: "task-1", Grace: 10 * time.Hour}, 1, time.Hour); err != nil || !r.OK {
+		t.Fatalf("ReserveFor: %+v, %v", r, err)
+	}
+	s.free = []topEntry{
+		{"tenant-f", "fw:5/87600h0m0s", 4},
+		{"tenant-g", "lb:5/1h0m0s:5", 3},
+		{"tenant-h", "gcra:10/1h0m0s:5", 4},
+	}
+
+	for _, key := range []string{c.tg.Prefix + "worker:task:{task-1}", c.tg.Prefix + "sched:{nightly}:2026-03-14T02:00:00Z"} {
+		if err := c.tg.Client.Set(ctx, key, "1", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.tg.Keys(t)); n != 11 {
+		t.Fatalf("%d keys under the prefix, want 11 (8 states or blocks, a ticket, 2 of others)", n)
+	}
+	return s
+}
+
+// TestThrottlectlTop lists exactly the throttled keys, longest wait first,
+// as JSON and as a table; --all adds the others, --limit cuts the list.
+func TestThrottlectlTop(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	scene := newTopScene(t, c)
+
+	var got []peekJSON
+	c.okJSON(&got, "top")
+	checkTop(t, "top --json", got, scene.throttled, true)
+
+	c.okJSON(&got, "top", "--all")
+	if len(got) != 8 {
+		t.Fatalf("top --all lists %d keys, want 8: %+v", len(got), got)
+	}
+	checkTop(t, "top --all --json (throttled part)", got[:5], scene.throttled, true)
+	// The rest wait for nothing: their order depends on the clock.
+	rest := map[string]peekJSON{}
+	for _, g := range got[5:] {
+		rest[g.Key] = g
+	}
+	for _, want := range scene.free {
+		g, ok := rest[want.key]
+		if !ok || g.Policy != want.policy || g.Remaining != want.remaining || g.Throttled || !g.Allowed {
+			t.Errorf("top --all: %s is %+v, want %+v", want.key, g, want)
+		}
+	}
+
+	c.okJSON(&got, "top", "--limit", "2")
+	checkTop(t, "top --limit 2", got, scene.throttled[:2], true)
+
+	r := c.ok("top")
+	rows := checkTable(t, r.stdout, "KEY", "POLICY", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	if len(rows) != 6 {
+		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
+	}
+	for i, want := range scene.throttled {
+		if rows[i+1][0] != want.key || rows[i+1][1] != want.policy {
+			t.Errorf("top row %d: %q, want %s %s", i+1, rows[i+1], want.key, want.policy)
+		}
+	}
+	if blocked := rows[4][5]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
+		t.Errorf("top: tenant-d blocked for %q, want about 20m", blocked)
+	}
+	if rows[5][5] != "-" || rows[5][2] != "0/2" {
+		t.Errorf("top: concurrency row %q", rows[5])
+	}
+}
+
+// checkTop checks a top listing against the keys wanted, in order.
+func checkTop(t *testing.T, what string, got []peekJSON, want []topEntry, throttled bool) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s lists %d keys, want %d: %+v", what, len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Key != w.key || g.Policy != w.policy || g.Remaining != w.remaining || g.Throttled != throttled || g.Allowed == throttled {
+			t.Errorf("%s[%d] = %+v, want %+v", what, i, g, w)
+		}
+		if !strings.Contains(g.RedisKey, w.policy+":{") {
+			t.Errorf("%s[%d]: Redis key %q", what, i, g.RedisKey)
+		}
+		g.checkDurations(t)
+	}
+}
+
+// TestThrottlectlTopEmpty: nothing under the prefix is an empty listing,
+// not an error.
+func TestThrottlectlTopEmpty(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var got []peekJSON
+	r := c.okJSON(&got, "top", "--all")
+	if len(got) != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("top --json on nothing: %q", r.stdout)
+	}
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-1", 1)
+	r = c.ok("top")
+	if !strings.HasPrefix(r.stdout, "no key throttled now under the prefix ") || !strings.Contains(r.stdout, "(1 limiter keys of 1 keys scanned)") {
+		t.Errorf("top on nothing throttled: %q", r.stdout)
+	}
+}
+
+// TestThrottlectlTopHashedKeys: caller keys stored by their hash are
+// counted, not peeked.
+func TestThrottlectlTopHashedKeys(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	hashed := c.tg.Prefix + "gcra:1/1h0m0s:1:{%#" + strings.Repeat("5e", 32) + "}"
+	if err := c.tg.Client.Set(context.Background(), hashed, "1", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("--json", "top")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "[]" || !strings.Contains(r.stderr, "1 keys under the prefix store their caller key by hash") {
+		t.Errorf("top over a hashed key: %v", r)
+	}
+}
+
+// TestThrottlectlTopPrefixIsNotAPattern: a prefix with glob characters
+// matches only itself.
+func TestThrottlectlTopPrefixIsNotAPattern(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	glob := c.tg.Prefix + "a*[b]?:"
+	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(glob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(t, l, "inside", 1)
+	other, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(c.tg.Prefix+"aXbY:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(t, other, "outside", 1)
+	var got []peekJSON
+	c.okJSON(&got, "top", "--prefix", glob)
+	if len(got) != 1 || got[0].Key != "inside" {
+		t.Errorf("top --prefix %q: %+v", glob, got)
+	}
+}

@@ -1,0 +1,430 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// parseClient is a client for limiters that only build keys: New and
+// NewConcurrencyLimiter talk to no server.
+var parseClient = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+
+// parsePolicies are policies of every type, with rates and windows whose
+// short forms exercise the duration syntax (µs, fractions, hours).
+var parsePolicies = []throttle.Policy{
+	throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
+	throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5},
+	throttle.GCRA{Rate: throttle.Rate{N: 7, Per: 1500 * time.Microsecond}, Burst: 13},
+	throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5},
+	throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 2},
+	throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5},
+	throttle.LeakyBucket{Rate: throttle.Rate{N: 1, Per: time.Microsecond}, Capacity: 1},
+	throttle.FixedWindow{Limit: 25, Window: time.Minute},
+	throttle.FixedWindow{Limit: 1, Window: 10 * 365 * 24 * time.Hour},
+	throttle.SlidingLog{Limit: 25, Window: time.Second},
+	throttle.SlidingLog{Limit: 3, Window: 2500 * time.Microsecond},
+	throttle.SlidingWindow{Limit: 25, Window: time.Second},
+	throttle.SlidingWindow{Limit: 100, Window: 36 * time.Hour},
+}
+
+var parseConcurrencies = []throttle.Concurrency{
+	{Limit: 3, Lease: 30 * time.Second},
+	{Limit: 1, Lease: 10 * time.Millisecond},
+	{Limit: 50, Lease: 2*time.Hour + 1500*time.Microsecond},
+}
+
+// policyID returns the short form a Limiter writes for p, read off one of
+// its keys.
+func policyID(t testing.TB, prefix string, p throttle.Policy) string {
+	t.Helper()
+	l, err := throttle.New(parseClient, p, throttle.WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("New(%#v): %v", p, err)
+	}
+	key := l.Key("k")
+	return strings.TrimSuffix(strings.TrimPrefix(key, prefix), ":{k}")
+}
+
+// TestParsePolicyRoundTrip reads every policy type back from the form it
+// takes in its Redis keys, and the keys themselves back to policy and
+// caller key.
+func TestParsePolicyRoundTrip(t *testing.T) {
+	for _, p := range parsePolicies {
+		l, err := throttle.New(parseClient, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := throttle.ParseKey(throttle.DefaultPrefix, l.Key("tenant-42"))
+		if err != nil {
+			t.Fatalf("ParseKey(%q): %v", l.Key("tenant-42"), err)
+		}
+		if info.Caller != "tenant-42" || info.Kind != throttle.KeyState || info.Hashed || info.Concurrency() {
+			t.Errorf("ParseKey(%q) = %+v", l.Key("tenant-42"), info)
+		}
+		got, err := throttle.ParsePolicy(info.Policy)
+		if err != nil {
+			t.Fatalf("ParsePolicy(%q): %v", info.Policy, err)
+		}
+		if got != p {
+			t.Errorf("ParsePolicy(%q) = %#v, want %#v", info.Policy, got, p)
+		}
+	}
+	for _, p := range parseConcurrencies {
+		c, err := throttle.NewConcurrencyLimiter(parseClient, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := throttle.ParseKey(throttle.DefaultPrefix, c.Key("exports"))
+		if err != nil {
+			t.Fatalf("ParseKey(%q): %v", c.Key("exports"), err)
+		}
+		if info.Caller != "exports" || !info.Concurrency() {
+			t.Errorf("ParseKey(%q) = %+v", c.Key("exports"), info)
+		}
+		got, err := throttle.ParseConcurrency(info.Policy)
+		if err != nil || got != p {
+			t.Errorf("ParseConcurrency(%q) = %#v, %v; want %#v", info.Policy, got, err, p)
+		}
+	}
+}
+
+// TestParsePolicyForms checks the short forms as people write them: any
+// duration time.ParseDuration reads.
+func TestParsePolicyForms(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want throttle.Policy
+	}{
+		{"gcra:10/1s:1", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}},
+		{"gcra:10/1000ms:1", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}},
+		{"tb:10/1s:5", throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5}},
+		{"lb:10/1m0s:5", throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5}},
+		{"lb:10/1m:5", throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5}},
+		{"fw:25/1m0s", throttle.FixedWindow{Limit: 25, Window: time.Minute}},
+		{"fw:25/60s", throttle.FixedWindow{Limit: 25, Window: time.Minute}},
+		{"sl:25/1s", throttle.SlidingLog{Limit: 25, Window: time.Second}},
+		{"sw:25/1s", throttle.SlidingWindow{Limit: 25, Window: time.Second}},
+		{"sw:25/1.5s", throttle.SlidingWindow{Limit: 25, Window: 1500 * time.Millisecond}},
+		{"gcra:1/1500us:1", throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Microsecond}, Burst: 1}},
+		{"gcra:1/1.5ms:1", throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Microsecond}, Burst: 1}},
+	} {
+		got, err := throttle.ParsePolicy(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParsePolicy(%q) = %#v, %v; want %#v", tc.in, got, err, tc.want)
+		}
+	}
+	got, err := throttle.ParseConcurrency("conc:3/30s")
+	if want := (throttle.Concurrency{Limit: 3, Lease: 30 * time.Second}); err != nil || got != want {
+		t.Errorf("ParseConcurrency(conc:3/30s) = %#v, %v", got, err)
+	}
+}
+
+func TestParsePolicyRejects(t *testing.T) {
+	for _, tc := range []struct {
+		in, says string
+	}{
+		{"", "unknown kind"},
+		{"gcra", "want N/PER:CAPACITY"},
+		{"gcra:10/1s", "want N/PER:CAPACITY"},
+		{"gcra:10:1", "want COUNT/DURATION"},
+		{"gcra:10/1s:", "whole number"},
+		{"gcra:ten/1s:1", "whole number"},
+		{"gcra:+10/1s:1", "whole number"},
+		{"gcra:-1/1s:1", "whole number"},
+		{"gcra:10/1s:0", "Burst must be at least 1"},
+		{"gcra:10/soon:1", "bad duration"},
+		{"gcra:10/0s:1", "must be at least"},
+		{"gcra:10/-1s:1", "must be at least"},
+		{"gcra:10/1ns:1", "must be at least"},
+		{"gcra:10/1s:1:2", "whole number"},
+		{"gcra:99999999999999999999/1s:1", "out of range"},
+		{"tb:0/1s:1", "N must be at least 1"},
+		{"lb:1/1s:0", "Capacity must be at least 1"},
+		{"fw:0/1s", "Limit must be at least 1"},
+		{"fw:10/1s:5", "bad duration"},
+		{"fw:10/1us", "must be at least 1ms"},
+		{"sl:10/11y", "bad duration"},
+		{"sl:10/100000h", "at most"},
+		{"sw:10", "want COUNT/DURATION"},
+		{"GCRA:10/1s:1", "unknown kind"},
+		{" gcra:10/1s:1", "unknown kind"},
+		{"conc:3/30s", "ParseConcurrency"},
+		{"token-bucket:10/1s:5", "unknown kind"},
+	} {
+		p, err := throttle.ParsePolicy(tc.in)
+		if !errors.Is(err, throttle.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("ParsePolicy(%q) = %#v, %v; want ErrInvalidPolicy saying %q", tc.in, p, err, tc.says)
+		}
+	}
+	for _, in := range []string{"", "conc", "conc:3", "conc:0/30s", "conc:3/1ms", "conc:3/30s:1", "gcra:10/1s:1", "conc:3/thirty"} {
+		if c, err := throttle.ParseConcurrency(in); !errors.Is(err, throttle.ErrInvalidPolicy) {
+			t.Errorf("ParseConcurrency(%q) = %#v, %v; want ErrInvalidPolicy", in, c, err)
+		}
+	}
+}
+
+// TestParseKeyReadsWhatTheLibraryWrote creates state, blocks and tickets
+// with real limiters, for caller keys that need escaping among others, and
+// reads every key found under the prefix back to its limiter, caller key
+// and kind: building the key again from what ParseKey read gives the key.
+func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	callers := []string{"tenant-42", "a{b}%c", "%7B", "}", "%", "a}:{b", "ünï:cödé", "%#" + strings.Repeat("0", 64)}
+	limiters := map[string]*throttle.Limiter{}
+	type found struct {
+		policy, caller string
+		kind           throttle.KeyKind
+	}
+	want := map[found]bool{}
+	// Slow enough that nothing expires while the test runs on a real Redis.
+	lasting := []throttle.Policy{
+		throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5},
+		throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 2},
+		throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5},
+		throttle.FixedWindow{Limit: 1, Window: 10 * 365 * 24 * time.Hour},
+		throttle.SlidingLog{Limit: 25, Window: time.Hour},
+		throttle.SlidingWindow{Limit: 100, Window: 36 * time.Hour},
+	}
+	for _, p := range lasting {
+		l := newLimiter(t, tg, p)
+		id := policyID(t, tg.Prefix, p)
+		limiters[id] = l
+		for _, caller := range callers {
+			allowN(t, l, caller, 1)
+			want[found{id, caller, throttle.KeyState}] = true
+		}
+		if err := l.BlockFor(ctx, "blocked}", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		want[found{id, "blocked}", throttle.KeyBlock}] = true
+		if l.CanReserveAhead() {
+			r, err := l.ReserveFor(ctx, "booked", throttle.Ticket{ID: "task{7}%", Grace: 10 * time.Hour}, 1, time.Hour)
+			if err != nil || !r.OK {
+				t.Fatalf("ReserveFor: %+v, %v", r, err)
+			}
+			want[found{id, "booked", throttle.KeyTicket}] = true
+		}
+	}
+	conc := newConcurrency(t, tg.Client, tg.Prefix, parseConcurrencies[0])
+	lease, _, err := conc.Acquire(ctx, "exports{1}")
+	if err != nil || lease == nil {
+		t.Fatalf("Acquire: %v, %v", lease, err)
+	}
+	defer lease.Release(ctx)
+	want[found{"conc:3/30s", "exports{1}", throttle.KeyState}] = true
+
+	for _, key := range tg.Keys(t) {
+		info, err := throttle.ParseKey(tg.Prefix, key)
+		if err != nil {
+			t.Errorf("ParseKey(%q): %v", key, err)
+			continue
+		}
+		delete(want, found{info.Policy, info.Caller, info.Kind})
+		var rebuilt string
+		if info.Concurrency() {
+			rebuilt = conc.Key(info.Caller)
+		} else {
+			rebuilt = limiters[info.Policy].Key(info.Caller)
+		}
+		switch info.Kind {
+		case throttle.KeyBlock:
+			rebuilt += ":block"
+		case throttle.KeyTicket:
+			if info.Ticket != "task{7}%" {
+				t.Errorf("ParseKey(%q): ticket %q", key, info.Ticket)
+			}
+			tag := throttle.Tag(info.Ticket)
+			rebuilt += ":t:" + tag[1:len(tag)-1]
+		}
+		if rebuilt != key || info.Hashed {
+			t.Errorf("ParseKey(%q) = %+v, which builds %q", key, info, rebuilt)
+		}
+	}
+	for w := range want {
+		t.Errorf("no key found for %+v", w)
+	}
+}
+
+// TestParseKeyHashed reads keys whose caller key is stored by its hash.
+func TestParseKeyHashed(t *testing.T) {
+	p := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}
+	l, err := throttle.New(parseClient, p, throttle.WithKeyHashing(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := l.Key("alice@example.com")
+	info, err := throttle.ParseKey(throttle.DefaultPrefix, key)
+	if err != nil {
+		t.Fatalf("ParseKey(%q): %v", key, err)
+	}
+	stored := key[strings.IndexByte(key, '{')+1 : len(key)-1]
+	if !info.Hashed || info.Caller != stored || info.Policy != "gcra:10/1s:5" || len(stored) != throttle.HashedKeyLen {
+		t.Errorf("ParseKey(%q) = %+v", key, info)
+	}
+	if info, err := throttle.ParseKey(throttle.DefaultPrefix, key+":block"); err != nil || info.Kind != throttle.KeyBlock || !info.Hashed {
+		t.Errorf("ParseKey(%q) = %+v, %v", key+":block", info, err)
+	}
+}
+
+func TestParseKeyRejects(t *testing.T) {
+	const prefix = "throttle:"
+	hash := "%#" + strings.Repeat("ab", 32)
+	for _, key := range []string{
+		"",
+		"other:gcra:10/1s:5:{x}",                                // another prefix
+		"throttle:gcra:10/1s:5",                                 // no tag
+		"throttle:gcra:10/1s:5{x}",                              // no colon before the tag
+		"throttle:{x}",                                          // no policy
+		"throttle:gcra:10/1s:5:{x",                              // unclosed tag
+		"throttle:gcra:10/1s:5:{}",                              // empty caller key
+		"throttle:gcra:10/1s:5:{a{b}",                           // brace inside the tag
+		"throttle:gcra:10/1s:5:{a%b}",                           // bare percent
+		"throttle:gcra:10/1s:5:{a%7b}",                          // lower-case escape
+		"throttle:gcra:10/1s:5:{a%2}",                           // short escape
+		"throttle:gcra:10/1s:5:{x}:other",                       // unknown suffix
+		"throttle:gcra:10/1s:5:{x}:t:",                          // empty ticket
+		"throttle:gcra:10/1s:5:{x}:t:a{b",                       // unescaped ticket
+		"throttle:gcra:10/1s:5:{x}:block:x",                     // block with more
+		"throttle:gcra:10/1000ms:5:{x}",                         // not the library's form
+		"throttle:fw:25/1m:{x}",                                 // not the library's form
+		"throttle:gcra:10/1s:0:{x}",                             // invalid policy
+		"throttle:fw:25/1m0s:{x}:t:task",                        // windows keep no tickets
+		"throttle:lb:10/1s:5:{x}:t:task",                        // nor does the leaky bucket
+		"throttle:conc:3/30s:{x}:block",                         // nor blocks for concurrency
+		"throttle:conc:3/30000ms:{x}",                           // not the library's form
+		"throttle:conc:0/30s:{x}",                               // invalid policy
+		"throttle:worker:task:{task-1}",                         // the worker's give-up counter
+		"throttle:sched:{nightly}:2026-03-14T02:00:00Z",         // a scheduler claim
+		"throttle:gcra:10/1s:5:{" + hash[:len(hash)-1] + "}",    // hash too short
+		"throttle:gcra:10/1s:5:{" + strings.ToUpper(hash) + "}", // not lower-case hex
+		"throttle:gcra:10/1s:5:{" + hash + "0}",                 // hash too long
+	} {
+		if info, err := throttle.ParseKey(prefix, key); !errors.Is(err, throttle.ErrNotLimiterKey) {
+			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotLimiterKey", key, info, err)
+		}
+	}
+	info, err := throttle.ParseKey("", "gcra:10/1s:5:{x}")
+	if err != nil || info.Caller != "x" || info.Policy != "gcra:10/1s:5" {
+		t.Errorf("ParseKey with an empty prefix = %+v, %v", info, err)
+	}
+}
+
+func FuzzParsePolicy(f *testing.F) {
+	for _, p := range parsePolicies {
+		f.Add(policyID(f, throttle.DefaultPrefix, p))
+	}
+	for _, s := range []string{"conc:3/30s", "gcra:10/1.5ms:1", "fw:25/1m", "sw:1/1h1m1.000001s", "tb:1/1us:1", "lb:99/0s:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := throttle.ParsePolicy(s)
+		if err != nil {
+			if !errors.Is(err, throttle.ErrInvalidPolicy) {
+				t.Fatalf("ParsePolicy(%q): %v does not wrap ErrInvalidPolicy", s, err)
+			}
+			c, err := throttle.ParseConcurrency(s)
+			if err != nil {
+				if !errors.Is(err, throttle.ErrInvalidPolicy) {
+					t.Fatalf("ParseConcurrency(%q): %v does not wrap ErrInvalidPolicy", s, err)
+				}
+				return
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("ParseConcurrency(%q) = %#v, invalid: %v", s, c, err)
+			}
+			cl, err := throttle.NewConcurrencyLimiter(parseClient, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := throttle.ParseKey(throttle.DefaultPrefix, cl.Key("k"))
+			if err != nil {
+				t.Fatalf("ParseKey(%q): %v", cl.Key("k"), err)
+			}
+			if again, err := throttle.ParseConcurrency(info.Policy); err != nil || again != c {
+				t.Fatalf("ParseConcurrency(%q) = %#v, %v; want %#v", info.Policy, again, err, c)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("ParsePolicy(%q) = %#v, invalid: %v", s, p, err)
+		}
+		id := policyID(t, throttle.DefaultPrefix, p)
+		again, err := throttle.ParsePolicy(id)
+		if err != nil || again != p {
+			t.Fatalf("ParsePolicy(%q) = %#v, %v; want %#v (from %q)", id, again, err, p, s)
+		}
+		if info, err := throttle.ParseKey(throttle.DefaultPrefix, throttle.DefaultPrefix+id+":{k}"); err != nil || info.Policy != id {
+			t.Fatalf("ParseKey of %q's key: %+v, %v", id, info, err)
+		}
+	})
+}
+
+// FuzzParseKey checks that ParseKey accepts only keys the library builds:
+// whatever it reads builds the same key again.
+func FuzzParseKey(f *testing.F) {
+	const prefix = "p:"
+	for _, key := range []string{
+		"p:gcra:10/1s:5:{tenant-42}",
+		"p:gcra:10/1s:5:{a%7Bb%7D%25c}:t:task%7B1%7D",
+		"p:fw:25/1m0s:{x}:block",
+		"p:conc:3/30s:{exports}",
+		"p:sw:25/1s:{%#" + strings.Repeat("0f", 32) + "}",
+		"p:worker:task:{x}",
+	} {
+		f.Add(key)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		info, err := throttle.ParseKey(prefix, key)
+		if err != nil {
+			if !errors.Is(err, throttle.ErrNotLimiterKey) {
+				t.Fatalf("ParseKey(%q): %v does not wrap ErrNotLimiterKey", key, err)
+			}
+			return
+		}
+		var rebuilt string
+		if info.Concurrency() {
+			c, err := throttle.ParseConcurrency(info.Policy)
+			if err != nil {
+				t.Fatalf("ParseKey(%q) = %+v: %v", key, info, err)
+			}
+			cl, err := throttle.NewConcurrencyLimiter(parseClient, c, throttle.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rebuilt = cl.Key(info.Caller)
+		} else {
+			p, err := throttle.ParsePolicy(info.Policy)
+			if err != nil {
+				t.Fatalf("ParseKey(%q) = %+v: %v", key, info, err)
+			}
+			l, err := throttle.New(parseClient, p, throttle.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rebuilt = l.Key(info.Caller)
+		}
+		if info.Hashed {
+			// The caller key is not in Redis; the stored form is.
+			open := strings.IndexByte(rebuilt, '{')
+			rebuilt = rebuilt[:open] + "{" + info.Caller + "}"
+		}
+		switch info.Kind {
+		case throttle.KeyBlock:
+			rebuilt += ":block"
+		case throttle.KeyTicket:
+			tag := throttle.Tag(info.Ticket)
+			rebuilt += ":t:" + tag[1:len(tag)-1]
+		}
+		if rebuilt != key {
+			t.Fatalf("ParseKey(%q) = %+v, which builds %q", key, info, rebuilt)
+		}
+	})
+}
