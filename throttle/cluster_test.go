@@ -1,0 +1,77 @@
+package throttle_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestClusterSpreadsKeys writes the state of 10,000 caller keys, in
+// AllowMany batches, and counts where they landed: on a Redis Cluster each
+// master holds a fair share (every one at least a quarter of the keys with
+// three masters), with no CROSSSLOT error along the way; on one server, all
+// 10,000 are there, each with a TTL.
+func TestClusterSpreadsKeys(t *testing.T) {
+	tg := redistest.New(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}) // keys live 6 min
+	ctx := context.Background()
+	const keys = 10_000
+	for start := 0; start < keys; start += 500 {
+		batch := make([]throttle.Request, 500)
+		for i := range batch {
+			batch[i] = throttle.Request{Key: "tenant-" + itoa(start+i), N: 1}
+		}
+		results, err := l.AllowMany(ctx, batch)
+		if err != nil {
+			t.Fatalf("AllowMany: %v", err)
+		}
+		for i, r := range results {
+			if !r.Allowed {
+				t.Fatalf("%s: first request rejected: %+v", batch[i].Key, r)
+			}
+		}
+	}
+	cluster, ok := tg.Client.(*redis.ClusterClient)
+	if !ok {
+		if n := len(tg.Keys(t)); n != keys {
+			t.Fatalf("%d keys written for %d caller keys", n, keys)
+		}
+		checkTTLs(t, tg)
+		t.Logf("figures: %s: %d caller keys, %d Redis keys, one node", tg.Kind, keys, keys)
+		return
+	}
+	var mu sync.Mutex
+	perMaster := map[string]int{}
+	err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n := 0
+		iter := node.Scan(ctx, 0, tg.Prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			n++
+		}
+		mu.Lock()
+		perMaster[node.Options().Addr] = n
+		mu.Unlock()
+		return iter.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range perMaster {
+		total += n
+	}
+	t.Logf("figures: cluster: %d caller keys over %d masters: %v", keys, len(perMaster), perMaster)
+	if total != keys {
+		t.Fatalf("%d keys found on the masters, want %d", total, keys)
+	}
+	for addr, n := range perMaster {
+		if n < keys/(len(perMaster)+1) {
+			t.Fatalf("master %s holds %d of %d keys: not spread", addr, n, keys)
+		}
+	}
+	checkTTLs(t, tg)
+}
