@@ -60,9 +60,11 @@ func TestPaceSpreadsABatch(t *testing.T) {
 			t.Fatalf("tasks %d and %d planned %s apart; the policy allows one per 10 ms", i-1, i, gap)
 		}
 	}
-	span := planned[499].StartAt.Sub(planned[0].StartAt)
-	if span < 4990*time.Millisecond-50*time.Millisecond || span > 5500*time.Millisecond {
-		t.Fatalf("500 tasks at 100/s planned over %s, want about 5 s", span)
+	// A slot is never booked before the booking is made: on a machine too
+	// busy to book 100 tasks a second, the last slots follow the bookings.
+	span, booking := planned[499].StartAt.Sub(planned[0].StartAt), time.Since(before)
+	if span < 4990*time.Millisecond-50*time.Millisecond || span > max(5500*time.Millisecond, booking+500*time.Millisecond) {
+		t.Fatalf("500 tasks at 100/s planned over %s (booked in %s), want about 5 s", span, booking)
 	}
 	if planned[0].StartAt.Before(before) || planned[0].ID != "nightly:000000000" || !planned[0].Enqueued {
 		t.Fatalf("first task planned %+v", planned[0])
