@@ -14,10 +14,17 @@ import (
 
 // TestReliabilityFleetAcrossRedisRestart: a fleet of two asynq servers
 // works through 120 throttled tasks, a third of them with no retries left
-// (MaxRetry(0): asynq archives such a task on any returned error). Redis,
-// with its append-only file synced on every write, is killed in the middle
-// of the run and started again two seconds later. Every task runs exactly
-// once, none is lost or archived.
+// (MaxRetry(0): asynq archives such a task on any returned error). After 30
+// have run, the partner's key is blocked for 4 s (a 429's Retry-After), the
+// workers' tasks wait for it in their handlers, and Redis, with its
+// append-only file synced on every write, is killed and started again a
+// second later. The block outlives the restart (no task runs until it
+// ends), and then every task runs exactly once; none is lost or archived.
+//
+// The kill lands while the workers wait in their handlers, when no write of
+// asynq's own is in flight: a kill in the middle of asynq's write of a
+// task's outcome can make asynq run that task again after its lease (asynq
+// is at-least-once; see RELIABILITY.md), which no middleware can prevent.
 func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
@@ -28,7 +35,7 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	}
 	var seen asynqtest.Events
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter)},
-		worker.WithObserver(&seen), worker.WithLogger(nil))
+		worker.WithObserver(&seen), worker.WithLogger(nil), worker.WithInlineWait(10*time.Second))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 5, th, log.Handler(5*time.Millisecond))
 	const tasks = 120
@@ -43,32 +50,116 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	for log.Count() < 30 {
 		time.Sleep(10 * time.Millisecond)
 	}
+	ctx := context.Background()
+	if err := limiter.BlockFor(ctx, "partner:sync", 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	blockEnds := time.Now().Add(4 * time.Second)
+	time.Sleep(1500 * time.Millisecond) // the slots booked before the block pass
 	before := log.Count()
 	srv.Stop(t)
 	stopped := time.Now()
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	srv.Start(t)
 	outage := time.Since(stopped)
 
-	info := f.WaitDone(t, &log, tasks, 120*time.Second)
+	info := f.WaitDone(t, &log, tasks, 90*time.Second)
 	runs := log.Snapshot()
 	asynqtest.CheckOnce(t, runs, ids)
+	for _, r := range runs {
+		if r.At.After(stopped) && r.At.Before(blockEnds.Add(-50*time.Millisecond)) {
+			t.Fatalf("a task ran at %s, before the block ended at %s: the block did not survive the restart",
+				r.At.Format("15:04:05.000"), blockEnds.Format("15:04:05.000"))
+		}
+	}
 	archived, err := f.Inspector.ListArchivedTasks(f.Queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figures: %s with AOF: %d tasks (%d with MaxRetry(0)), %d run before Redis was killed, outage %s; "+
+	t.Logf("figures: %s: %d tasks (%d with MaxRetry(0)), %d run before Redis was killed during a 4s block, outage %s; "+
 		"%d runs, lost 0, duplicated 0, archived %d; gate events %v",
-		srv.Kind, tasks, (tasks+2)/3, before, outage.Round(100*time.Millisecond), len(runs), len(archived), seen.ByKind())
+		persisted(srv), tasks, (tasks+2)/3, before, outage.Round(100*time.Millisecond), len(runs), len(archived), seen.ByKind())
 	if info.Archived != 0 || len(archived) != 0 {
 		t.Fatalf("%d tasks archived across the restart", len(archived))
 	}
 	if before >= tasks {
 		t.Fatalf("all %d tasks ran before Redis was killed: the run did not cover the restart", before)
 	}
-	// The throttle still holds Redis's state for the key, as it was
-	// persisted: decisions go on from it.
-	if _, err := limiter.Peek(context.Background(), "partner:sync"); err != nil {
-		t.Fatalf("after the restart: %v", err)
+}
+
+// TestReliabilityGateAcrossRedisOutage: Redis dies just before a window of
+// FixedWindow{5 per 2s} turns over, while 15 of 20 tasks (a third with
+// MaxRetry(0)) wait in their handlers for it, and comes back a second
+// later. The waiting tasks ask the throttle while Redis is down: they get
+// no decision, are neither failed nor archived, ask again and run once
+// Redis is back; every task exactly once.
+func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
+	tg := srv.Target(t)
+	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 5, Window: 2 * time.Second},
+		throttle.WithPrefix(tg.Prefix), throttle.WithTimeout(300*time.Millisecond), throttle.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
 	}
+	var seen asynqtest.Events
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter)},
+		worker.WithObserver(&seen), worker.WithLogger(nil), worker.WithInlineWait(10*time.Second))
+	var log asynqtest.RunLog
+	const tasks = 20
+	var ids []string
+	// Enqueued right after a window turned over (windows are aligned to
+	// the epoch: a spent probe key tells when), so that the first five run
+	// at once and finish long before Redis is killed.
+	ctx := context.Background()
+	if _, err := limiter.AllowN(ctx, "probe", 5); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := limiter.Allow(ctx, "probe")
+	if err != nil || probe.Allowed {
+		t.Fatalf("probe: %+v, %v", probe, err)
+	}
+	time.Sleep(probe.RetryAfter + 20*time.Millisecond)
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
+	for i := range tasks {
+		var opts []asynq.Option
+		if i%3 == 0 {
+			opts = append(opts, asynq.MaxRetry(0))
+		}
+		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]int{"n": i}, opts...))
+	}
+	for log.Count() < 5 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r, err := limiter.Peek(ctx, "partner:sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := time.Now().Add(r.RetryAfter)
+	time.Sleep(time.Until(turn.Add(-300 * time.Millisecond)))
+	srv.Stop(t)
+	stopped := time.Now()
+	time.Sleep(time.Until(turn.Add(1500 * time.Millisecond)))
+	srv.Start(t)
+	outage := time.Since(stopped)
+
+	info := f.WaitDone(t, &log, tasks, 60*time.Second)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
+	t.Logf("figures: %s: %d tasks (%d with MaxRetry(0)), Redis down %s across a window's turn; "+
+		"%d runs, lost 0, duplicated 0, archived %d, failed %d; gate events %v",
+		persisted(srv), tasks, (tasks+2)/3, outage.Round(100*time.Millisecond), len(runs), info.Archived, info.Failed, seen.ByKind())
+	if info.Archived != 0 || info.Failed != 0 {
+		t.Fatalf("%d archived, %d failed across the outage", info.Archived, info.Failed)
+	}
+	if seen.Count(worker.Failed) == 0 {
+		t.Fatalf("no task asked the throttle while Redis was down: the test missed the outage (events %v)", seen.ByKind())
+	}
+}
+
+// persisted names the server and how its data outlives a restart.
+func persisted(srv *redistest.Server) string {
+	if srv.Kind == "redis-server" {
+		return "redis-server with AOF (appendfsync always), killed with SIGKILL"
+	}
+	return "miniredis, closed and restarted with its data in memory"
 }
