@@ -214,7 +214,7 @@ func TestConcurrencyBadInputAndOutage(t *testing.T) {
 		t.Errorf("empty key: %v", err)
 	}
 
-	down := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialerRetries: 1})
+	down := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { down.Close() })
 	closed := newConcurrency(t, down, "x:", throttle.Concurrency{Limit: 1, Lease: time.Second})
 	if lease, _, err := closed.Acquire(context.Background(), "k"); lease != nil || !errors.Is(err, throttle.ErrUnavailable) {

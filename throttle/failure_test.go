@@ -12,42 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// deadAddr returns an address where nothing listens.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// silentAddr returns an address that accepts connections and never
-// answers: a Redis that hangs.
-func silentAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { conn.Close() })
-		}
-	}()
-	return ln.Addr().String()
-}
-
 func TestFailurePolicy(t *testing.T) {
 	policy := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}
-	client := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialerRetries: 1})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
 
@@ -88,7 +55,7 @@ func TestFailurePolicy(t *testing.T) {
 }
 
 func TestTimeoutBoundsAHangingRedis(t *testing.T) {
-	addr := silentAddr(t)
+	addr := redistest.SilentAddr(t)
 	for _, deadlines := range []bool{false, true} {
 		// The client would wait 30s on its own.
 		client := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second, MaxRetries: -1, ContextTimeoutEnabled: deadlines})

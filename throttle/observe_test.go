@@ -87,7 +87,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 }
 
 func TestOutagesAreObservedAndLoggedSparingly(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialerRetries: 1})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { client.Close() })
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))

@@ -14,29 +14,18 @@ import (
 
 // runPeek shows one key's state.
 func runPeek(a *app, args []string) error {
-	t, l, client, err := a.open(args)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-	defer cancel()
-	s, err := l.peek(ctx, t.caller)
-	if err != nil {
-		return err
-	}
-	present, err := l.present(ctx, s)
-	if err != nil {
-		return err
-	}
-	if !present {
-		return errNoState(t, l)
-	}
-	return a.writePeek(s)
+	return a.withState(args, func(context.Context, target, *limiter, state) error { return nil }, a.writePeek)
 }
 
-// runReset forgets one key's state.
+// runReset forgets one key's state, and shows what it was.
 func runReset(a *app, args []string) error {
+	reset := func(ctx context.Context, t target, l *limiter, _ state) error { return l.reset(ctx, t.caller) }
+	return a.withState(args, reset, a.writeReset)
+}
+
+// withState opens the key peek and reset name, reads its state (a key with
+// none is an error), runs do on it and writes the state it read.
+func (a *app) withState(args []string, do func(context.Context, target, *limiter, state) error, write func(state) error) error {
 	t, l, client, err := a.open(args)
 	if err != nil {
 		return err
@@ -55,10 +44,10 @@ func runReset(a *app, args []string) error {
 	if !present {
 		return errNoState(t, l)
 	}
-	if err := l.reset(ctx, t.caller); err != nil {
+	if err := do(ctx, t, l, s); err != nil {
 		return err
 	}
-	return a.writeReset(s)
+	return write(s)
 }
 
 // open parses peek's and reset's command line and connects: it returns the

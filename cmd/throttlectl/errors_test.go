@@ -1,13 +1,12 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -24,7 +23,7 @@ func TestThrottlectlBadInput(t *testing.T) {
 	if err := os.WriteFile(notJSON, []byte("tenant: gcra:1/1h:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	closed, silent := closedAddr(t), silentAddr(t)
+	closed, silent := redistest.DeadAddr(t), redistest.SilentAddr(t)
 	hashed := c.tg.Prefix + "gcra:1/1h0m0s:1:{%#" + strings.Repeat("ab", 32) + "}"
 	peek := []string{"peek", "--policy", "gcra:1/1h:1"}
 	unreachable := "cannot reach Redis at "
@@ -102,48 +101,4 @@ func TestThrottlectlHelp(t *testing.T) {
 			}
 		}
 	}
-}
-
-// closedAddr returns an address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// silentAddr returns the address of a server that accepts connections and
-// never answers, until the test ends.
-func silentAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, conn := range conns {
-			conn.Close()
-		}
-	})
-	return ln.Addr().String()
 }
