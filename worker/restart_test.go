@@ -39,14 +39,7 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 5, th, log.Handler(5*time.Millisecond))
 	const tasks = 120
-	var ids []string
-	for i := range tasks {
-		var opts []asynq.Option
-		if i%3 == 0 {
-			opts = append(opts, asynq.MaxRetry(0))
-		}
-		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]int{"n": i}, opts...))
-	}
+	ids := enqueueSome(t, f, tasks)
 	for log.Count() < 30 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -106,7 +99,6 @@ func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
 		worker.WithObserver(&seen), worker.WithLogger(nil), worker.WithInlineWait(10*time.Second))
 	var log asynqtest.RunLog
 	const tasks = 20
-	var ids []string
 	// Enqueued right after a window turned over (windows are aligned to
 	// the epoch: a spent probe key tells when), so that the first five run
 	// at once and finish long before Redis is killed.
@@ -120,13 +112,7 @@ func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
 	}
 	time.Sleep(probe.RetryAfter + 20*time.Millisecond)
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
-	for i := range tasks {
-		var opts []asynq.Option
-		if i%3 == 0 {
-			opts = append(opts, asynq.MaxRetry(0))
-		}
-		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]int{"n": i}, opts...))
-	}
+	ids := enqueueSome(t, f, tasks)
 	for log.Count() < 5 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -162,4 +148,19 @@ func persisted(srv *redistest.Server) string {
 		return "redis-server with AOF (appendfsync always), killed with SIGKILL"
 	}
 	return "miniredis, closed and restarted with its data in memory"
+}
+
+// enqueueSome enqueues n tasks of type partner:sync, every third one with
+// no retries (MaxRetry(0)), and returns their IDs.
+func enqueueSome(t *testing.T, f *asynqtest.Fleet, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		var opts []asynq.Option
+		if i%3 == 0 {
+			opts = append(opts, asynq.MaxRetry(0))
+		}
+		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]int{"n": i}, opts...))
+	}
+	return ids
 }
