@@ -95,6 +95,7 @@ func startDemo(opts options) (*demo, error) {
 		d.stop()
 		return nil, err
 	}
+	d.plan()
 	for range opts.servers {
 		cfg := asynq.Config{Concurrency: opts.concurrency, Queues: map[string]int{d.queue: 1}, LogLevel: asynq.FatalLevel, ShutdownTimeout: 2 * time.Second}
 		th.Configure(&cfg)
@@ -135,6 +136,29 @@ func (d *demo) throttler() (*worker.Throttler, error) {
 	}, worker.WithPrefix(d.prefix), worker.WithObserver(worker.ObserverFunc(d.observe)))
 }
 
+// tenantOf returns the tenant of the i-th partner call: the tenants
+// interleaved by their shares.
+func tenantOf(i int) string {
+	for slot, t := i%100, 0; t < len(tenants); t++ {
+		if slot < tenants[t].share {
+			return tenants[t].name
+		}
+		slot -= tenants[t].share
+	}
+	return tenants[len(tenants)-1].name
+}
+
+// plan counts the tasks each tenant will run, before any server starts:
+// the demo is done when every count is reached.
+func (d *demo) plan() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range d.opts.tasks {
+		d.expected[tenantOf(i)]++
+	}
+	d.expected[batchTenant] += d.opts.batch
+}
+
 // enqueue puts the work in: a backlog of partner calls, the exports, and a
 // scheduler entry whose first tick paces the nightly batch.
 func (d *demo) enqueue(th *worker.Throttler) error {
@@ -151,17 +175,7 @@ func (d *demo) enqueue(th *worker.Throttler) error {
 		return nil
 	}
 	for i := range d.opts.tasks {
-		// Interleave the tenants by their shares.
-		tenant := tenants[len(tenants)-1].name
-		for slot, t := i%100, 0; t < len(tenants); t++ {
-			if slot < tenants[t].share {
-				tenant = tenants[t].name
-				break
-			}
-			slot -= tenants[t].share
-		}
-		d.expected[tenant]++
-		if err := add("partner:sync", payload{Tenant: tenant}); err != nil {
+		if err := add("partner:sync", payload{Tenant: tenantOf(i)}); err != nil {
 			return err
 		}
 	}
@@ -170,7 +184,6 @@ func (d *demo) enqueue(th *worker.Throttler) error {
 			return err
 		}
 	}
-	d.expected[batchTenant] += d.opts.batch
 	if d.opts.batch == 0 {
 		return nil
 	}
