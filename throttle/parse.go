@@ -65,7 +65,7 @@ func ParsePolicy(s string) (Policy, error) {
 		return nil, fmt.Errorf("%w: %q: unknown kind %q, want gcra, tb, lb, fw, sl or sw", ErrInvalidPolicy, s, kind)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidPolicy, s, err)
+		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidPolicy, s, err)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w (in %q)", err, s)
@@ -85,7 +85,7 @@ func ParseConcurrency(s string) (Concurrency, error) {
 	}
 	limit, lease, err := parseCount(rest)
 	if err != nil {
-		return Concurrency{}, fmt.Errorf("%w: %q: %v", ErrInvalidPolicy, s, err)
+		return Concurrency{}, fmt.Errorf("%w: %q: %w", ErrInvalidPolicy, s, err)
 	}
 	p := Concurrency{Limit: limit, Lease: lease}
 	if err := p.Validate(); err != nil {
