@@ -61,6 +61,9 @@
 // slot, and '{', '}' and '%' inside caller keys are escaped, so no caller key
 // can move its slot or reach another's state. Every key is written with an
 // expiry that ends when its state stops mattering: idle keys disappear.
+// [WithKeyHashing] stores long caller keys by their SHA-256 instead, so
+// that memory per key stays bounded. [ParsePolicy] and [ParseKey] read the
+// policy and caller key back from a key, for operations tools.
 //
 // # Failure policy and timeouts
 //
@@ -69,6 +72,14 @@
 // returns an allowed Result marked Degraded instead. [WithTimeout] bounds how
 // long one decision may take. A caller's own cancelled context always comes
 // back as its context error.
+//
+// # Observing
+//
+// [WithObserver] hands every decision to an [Observer] (package metrics
+// has a Prometheus one): the limiter's name ([WithName]), the call, its
+// outcome, its latency and any Redis failure. Redis failures are also
+// logged with log/slog ([WithLogger], slog.Default() unless set), at most
+// once per limiter every ten seconds.
 //
 // # Round trips
 //

@@ -65,4 +65,11 @@
 // not failed: it goes back as throttled, to try again in about five
 // seconds. A fail-open limiter lets it through, and the Observer sees a
 // Degraded event.
+//
+// asynq records a task's outcome in Redis once, when the handler returns;
+// if Redis is down at that moment the record is lost, and asynq runs the
+// task again after its lease, or archives it if it had no retries left.
+// So the middleware waits, before it returns, until Redis answers
+// ([WithSettle], on by default, at most 30 s). The client given to [New]
+// must be asynq's Redis.
 package worker
