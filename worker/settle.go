@@ -14,11 +14,13 @@ import (
 // runs out, and asynq's recoverer then counts a failure: a task that ran
 // runs again, and one with no retries left is archived. Waiting for Redis
 // here closes that gap to the time between the answer and asynq's write.
-// It gives up when ctx ends.
+// It gives up when ctx ends, or after settleLimit.
 func (t *Throttler) settle(ctx context.Context) {
 	if !t.cfg.settle {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, settleLimit)
+	defer cancel()
 	backoff := 20 * time.Millisecond
 	var since time.Time
 	for {
