@@ -137,11 +137,12 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The metrics count what happened: every task through the gate once
-	// (admitted at once or after an inline wait), every call booked once.
+	// (admitted at once, or after an inline wait for the rule "tenant"),
+	// every call booked once.
 	ran := 0.0
-	for _, event := range []string{"admitted", "waited_inline"} {
+	for _, event := range [][2]string{{"admitted", ""}, {"waited_inline", "tenant"}} {
 		for _, tt := range []string{"sync:account", "sync:nightly"} {
-			ran += counterValue(t, registry, "jobthrottle_worker_tasks_total", map[string]string{"task_type": tt, "event": event, "rule": ""})
+			ran += counterValue(t, registry, "jobthrottle_worker_tasks_total", map[string]string{"task_type": tt, "event": event[0], "rule": event[1]})
 		}
 	}
 	if int(ran) != len(ids) {

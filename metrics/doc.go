@@ -69,9 +69,10 @@
 //	    rule's give-up policy stopped throttling it), "degraded" (Redis
 //	    could not decide and a fail-open limiter let it run) or "failed"
 //	    (the gate could not decide: Redis unavailable under fail-closed, or
-//	    a rule found no key). rule names the rule that rescheduled, gave
-//	    up, or failed; it is "" for admitted, waited_inline and degraded,
-//	    which the worker does not attribute to one rule. A task that is
+//	    a rule found no key). rule names the rule that made the task wait
+//	    (waited_inline: the last one it waited for), rescheduled it, gave
+//	    up or failed; it is "" for admitted and degraded, which no one rule
+//	    decides. A task that is
 //	    rescheduled and later runs counts once as rescheduled and once
 //	    more when it runs.
 //	jobthrottle_worker_wait_seconds{task_type, event}           histogram

@@ -41,6 +41,11 @@ func TestFleetHoldsTheRate(t *testing.T) {
 	if ideal := 299 * 50 * time.Millisecond; took < ideal-50*time.Millisecond || took > ideal*115/100 {
 		t.Errorf("300 tasks took %s; ideal %s, allowed up to 15%% more", took, ideal)
 	}
+	for _, e := range seen.All() {
+		if e.Kind == worker.WaitedInline && (e.Rule != "email" || e.Key != "email:send" || e.Delay <= 0) {
+			t.Fatalf("an inline wait reported as %+v; want the rule, the key and the wait", e)
+		}
+	}
 	t.Logf("300 tasks in %s, at most %d in any second; events: %v", took, asynqtest.MostInAnyWindow(runs, time.Second), seen.ByKind())
 }
 

@@ -118,6 +118,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 	started := time.Now()
 	backoff := 25 * time.Millisecond
 	var slept time.Duration
+	var waitedFor cause // the rule and key of the last inline wait
 	for {
 		p := t.tryPass(ctx, tk, rules)
 		if p.refused == nil {
@@ -125,6 +126,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 			if p.delay > 0 && p.delay <= budget && p.presentOnly {
 				// Wait for the claimed slot without holding what was taken
 				// for now; take it again then.
+				waitedFor = p.latest()
 				p.giveBack(ctx, time.Nanosecond)
 				if err := sleep(ctx, p.delay); err != nil {
 					p.giveBack(ctx, 0)
@@ -138,7 +140,10 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 					p.giveBack(ctx, 0)
 					return nil, err
 				}
-				t.observeAdmitted(tk, p, slept+p.delay)
+				if p.delay > 0 {
+					waitedFor = p.latest()
+				}
+				t.observeAdmitted(tk, p, slept+p.delay, waitedFor)
 				return p, nil
 			}
 			keepFrom := max(time.Nanosecond, p.delay-t.lead())
@@ -163,6 +168,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 				return nil, err
 			}
 			slept += wait
+			waitedFor = cause{r.rule.name, r.key}
 			continue
 		}
 		return nil, t.sendBack(ctx, tk, r)
@@ -240,15 +246,31 @@ func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
 	}
 }
 
-func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration) {
+func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, waitedFor cause) {
 	switch {
 	case p.degraded:
 		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	case waited > 0:
-		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
+		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited})
 	default:
 		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type()})
 	}
+}
+
+// cause names the rule, and the task's key in it, that made a task wait.
+type cause struct{ rule, key string }
+
+// latest returns the rule and key of the pass's booking that starts last:
+// the one the task waits for.
+func (p *pass) latest() cause {
+	var c cause
+	var at time.Duration = -1
+	for _, b := range p.bookings {
+		if b.Delay > at {
+			c, at = cause{b.rule.name, b.key}, b.Delay
+		}
+	}
+	return c
 }
 
 // observeLeases reports each lease the pass holds in Redis (a degraded

@@ -60,8 +60,9 @@ type Event struct {
 	Kind     EventKind
 	TaskID   string
 	TaskType string
-	// Rule and Key name the rule that throttled, gave up, failed or holds
-	// the lease, and the task's key in it; empty for Admitted.
+	// Rule and Key name the rule that made the task wait (WaitedInline: the
+	// last one it waited for), rescheduled it, gave up, failed or holds the
+	// lease, and the task's key in it; empty for Admitted and Degraded.
 	Rule, Key string
 	// Delay is the inline wait (WaitedInline) or the time until the task
 	// returns (Rescheduled).
