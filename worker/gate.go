@@ -168,14 +168,21 @@ func (p *pass) add(b booking) {
 // slots that start keepFrom or later (0: none), which it will be back for
 // (they are its place in line), and gives back the rest.
 func (p *pass) deferToLatest(ctx context.Context, keepFrom time.Duration) {
+	latest := p.latest()
+	p.giveBack(ctx, keepFrom)
+	p.refused = &refusal{rule: latest.rule, key: latest.key, retryAfter: p.delay, kept: true}
+}
+
+// latest returns the pass's booking that starts last, the first of them
+// when several start together; the pass has at least one booking.
+func (p *pass) latest() booking {
 	latest := p.bookings[0]
 	for _, b := range p.bookings[1:] {
 		if b.Delay > latest.Delay {
 			latest = b
 		}
 	}
-	p.giveBack(ctx, keepFrom)
-	p.refused = &refusal{rule: latest.rule, key: latest.key, retryAfter: p.delay, kept: true}
+	return latest
 }
 
 // giveBack releases the leases and cancels the bookings, except those that

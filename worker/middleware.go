@@ -126,7 +126,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 			if p.delay > 0 && p.delay <= budget && p.presentOnly {
 				// Wait for the claimed slot without holding what was taken
 				// for now; take it again then.
-				waitedFor = p.latest()
+				waitedFor = p.waitingFor()
 				p.giveBack(ctx, time.Nanosecond)
 				if err := sleep(ctx, p.delay); err != nil {
 					p.giveBack(ctx, 0)
@@ -141,7 +141,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 					return nil, err
 				}
 				if p.delay > 0 {
-					waitedFor = p.latest()
+					waitedFor = p.waitingFor()
 				}
 				t.observeAdmitted(tk, p, slept+p.delay, waitedFor)
 				return p, nil
@@ -260,17 +260,11 @@ func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, wai
 // cause names the rule, and the task's key in it, that made a task wait.
 type cause struct{ rule, key string }
 
-// latest returns the rule and key of the pass's booking that starts last:
-// the one the task waits for.
-func (p *pass) latest() cause {
-	var c cause
-	var at time.Duration = -1
-	for _, b := range p.bookings {
-		if b.Delay > at {
-			c, at = cause{b.rule.name, b.key}, b.Delay
-		}
-	}
-	return c
+// waitingFor returns the cause of the pass's wait: the rule and key of its
+// booking that starts last.
+func (p *pass) waitingFor() cause {
+	b := p.latest()
+	return cause{b.rule.name, b.key}
 }
 
 // observeLeases reports each lease the pass holds in Redis (a degraded
