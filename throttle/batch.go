@@ -22,7 +22,7 @@ type Request struct {
 // whole batch before anything is sent. When Redis cannot answer, the
 // failure policy decides for the whole batch.
 func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, error) {
-	start := time.Now()
+	start := l.began()
 	results, err := l.allowMany(ctx, requests)
 	if l.cfg.observer != nil || err != nil || (len(results) > 0 && results[0].Degraded) {
 		for i, req := range requests {

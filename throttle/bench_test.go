@@ -44,3 +44,24 @@ func BenchmarkAllow(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDenyCacheHit measures a request the deny cache answers in the
+// process, without Redis: the Go side alone.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	tg := redistest.New(b)
+	l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
+		throttle.WithPrefix(tg.Prefix), throttle.WithDenyCache(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	allowN(b, l, "k", 1)
+	allowN(b, l, "k", 1) // rejected by Redis: cached from now on
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if r, err := l.Allow(ctx, "k"); err != nil || !r.Cached {
+			b.Fatalf("%+v, %v: not answered from the cache", r, err)
+		}
+	}
+}

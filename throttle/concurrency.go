@@ -89,7 +89,7 @@ func (c *ConcurrencyLimiter) Key(callerKey string) string {
 // time until the oldest lease runs out (a holder may release sooner, or
 // renew). Release every Lease, typically with defer.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (*Lease, Result, error) {
-	start := time.Now()
+	start := c.began()
 	lease, r, err := c.acquire(ctx, key)
 	c.observe(ctx, OpAcquire, key, 1, start, r, err)
 	return lease, r, err

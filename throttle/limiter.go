@@ -83,7 +83,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // consumes nothing. n above the policy's capacity fails with
 // [ErrExceedsLimit]; when Redis cannot answer, the failure policy decides.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
-	start := time.Now()
+	start := l.began()
 	r, err := l.decide(ctx, modeTake, key, n)
 	l.observe(ctx, OpAllow, key, n, start, r, err)
 	return r, err
@@ -94,7 +94,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 // Peek ignores the failure policy: when Redis cannot answer it returns an
 // error wrapping [ErrUnavailable].
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	start := time.Now()
+	start := l.began()
 	r, err := l.decide(ctx, modePeek, key, 1)
 	l.observe(ctx, OpPeek, key, 1, start, r, err)
 	return r, err

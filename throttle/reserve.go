@@ -124,7 +124,7 @@ func (l *Limiter) ReserveFor(ctx context.Context, key string, ticket Ticket, n i
 func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
 
 func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
-	start := time.Now()
+	start := l.began()
 	res, err := l.book(ctx, key, ticket, n, maxDelay)
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
 		var r Result
