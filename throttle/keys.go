@@ -16,10 +16,16 @@ var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // strings share one. Packages that keep their own keys beside a Limiter's
 // use it to place them.
 func Tag(s string) string {
+	return "{" + escape(s) + "}"
+}
+
+// escape returns s with '%', '{' and '}' escaped, without copying a string
+// that has none.
+func escape(s string) string {
 	if strings.ContainsAny(s, "%{}") {
-		s = keyEscaper.Replace(s)
+		return keyEscaper.Replace(s)
 	}
-	return "{" + s + "}"
+	return s
 }
 
 // redisKey returns prefix + policy id + ":{" + the caller key's stored form
@@ -38,10 +44,7 @@ func (c *config) redisKeyWith(id, callerKey, suffix string) string {
 // same hash tag, so in the same Cluster slot. The ticket is escaped like a
 // caller key.
 func ticketKey(stateKey, ticket string) string {
-	if strings.ContainsAny(ticket, "%{}") {
-		ticket = keyEscaper.Replace(ticket)
-	}
-	return stateKey + ":t:" + ticket
+	return stateKey + ":t:" + escape(ticket)
 }
 
 // blockSuffix turns a state key into the key of its block (see BlockFor),
@@ -63,10 +66,7 @@ const HashedKeyLen = len(hashedKeyMark) + 2*sha256.Size
 // or hashed when it is longer than WithKeyHashing's bound.
 func (c *config) stored(callerKey string) string {
 	if c.hashOver < 0 || len(callerKey) <= c.hashOver {
-		if strings.ContainsAny(callerKey, "%{}") {
-			return keyEscaper.Replace(callerKey)
-		}
-		return callerKey
+		return escape(callerKey)
 	}
 	sum := sha256.Sum256([]byte(callerKey))
 	return hashedKeyMark + hex.EncodeToString(sum[:])
