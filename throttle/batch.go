@@ -24,14 +24,12 @@ type Request struct {
 func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, error) {
 	start := l.began()
 	results, err := l.allowMany(ctx, requests)
-	if l.cfg.observer != nil || err != nil || (len(results) > 0 && results[0].Degraded) {
-		for i, req := range requests {
-			var r Result
-			if err == nil {
-				r = results[i]
-			}
-			l.observe(ctx, OpAllow, req.Key, req.N, start, r, err)
+	for i, req := range requests {
+		var r Result
+		if err == nil {
+			r = results[i]
 		}
+		l.observe(ctx, OpAllow, req.Key, req.N, start, r, err)
 	}
 	return results, err
 }
