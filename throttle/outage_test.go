@@ -304,20 +304,23 @@ func count(r throttle.Result, err error, admitted, failed *atomic.Int64) {
 // embedded server and the test proxy, which serve each open connection:
 // what is left is the library's, the client's and the tests'.
 func clientGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() {
 		if !strings.Contains(g, "miniredis") && !strings.Contains(g, "redistest.(*Proxy)") {
 			count++
 		}
 	}
 	return count
+}
+
+// goroutineStacks returns the stack of every goroutine of the process.
+func goroutineStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
