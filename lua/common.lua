@@ -62,7 +62,7 @@ local function blocked_for(key, now)
   return 0
 end
 
--- load_state reads a state of up to three ':'-joined integers; nil when the
+-- load_state reads a state of up to four ':'-joined integers; nil when the
 -- key is absent. It splits with string.find rather than an iterator, as it
 -- runs on every call.
 local function load_state(key)
@@ -72,7 +72,7 @@ local function load_state(key)
   end
   local fields = {}
   local from = 1
-  for i = 1, 3 do
+  for i = 1, 4 do
     local colon = string.find(raw, ':', from, true)
     if not colon then
       fields[i] = tonumber(string.sub(raw, from))
@@ -84,15 +84,18 @@ local function load_state(key)
   return fields
 end
 
--- store_state writes one to three integers joined by ':' with an expiry of
+-- store_state writes one to four integers joined by ':' with an expiry of
 -- ttl_us.
-local function store_state(key, ttl_us, a, b, c)
+local function store_state(key, ttl_us, a, b, c, d)
   local value = int(a)
   if b then
     value = value .. ':' .. int(b)
   end
   if c then
     value = value .. ':' .. int(c)
+  end
+  if d then
+    value = value .. ':' .. int(d)
   end
   redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
 end
@@ -143,9 +146,14 @@ end
 -- start = end - tolerance, where end is where the booking moved the instant.
 --
 -- A ticket key (optional) remembers one caller's booking, as
--- "<end us>:<end ticks>:<grace ticks>", until grace after its slot starts:
--- the same caller asking again by then is given that booking rather than a
--- new one. The grace is the booking's own, set when it was made.
+-- "<end us>:<end ticks>:<grace ticks>:<generation>", until grace after its
+-- slot starts: the same caller asking again by then is given that booking
+-- rather than a new one. The grace is the booking's own, set when it was
+-- made. The generation key beside the state holds the instant the key's
+-- current tickets began (written with the first of them, and kept alive as
+-- long as the longest lived); a ticket counts only while its generation is
+-- the current one, so deleting the generation key (Reset) forgets every
+-- ticket of the key at once.
 
 -- meter_reply returns a decision in the scripts' common shape.
 local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
@@ -154,13 +162,16 @@ local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
 end
 
 -- reserve books cost ticks when the wait for them is at most max_wait
--- ticks, starting no sooner than not_before ticks from now. Booked, it returns the decision, the booking's end instant (us,
--- ticks), which cancel needs, and 1 when the booking is the ticket's
--- standing one; otherwise the wait after which booking would succeed.
-local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
+-- ticks, starting no sooner than not_before ticks from now. Booked, it
+-- returns the decision, the booking's end instant (us, ticks), which cancel
+-- needs, and 1 when the booking is the ticket's standing one; otherwise the
+-- wait after which booking would succeed.
+local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
+  local generation
   if ticket then
+    generation = tonumber(redis.call('GET', generation_key))
     local held = load_state(ticket)
-    if held then
+    if held and held[4] == generation then
       local wait = (held[1] - now) * den + held[2] - tolerance
       if wait + (held[3] or 0) >= 0 then
         local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
@@ -184,7 +195,14 @@ local function reserve(key, ticket, now, debt, cost, tolerance, per_unit, den, m
   if ticket and wait + grace > 0 then
     -- kept a millisecond past the grace, so a caller arriving at its end
     -- finds it (the check above, not the expiry, decides)
-    store_state(ticket, ceil_div(wait + grace, den) + 1000, end_us, end_ticks, grace)
+    local ttl_us = ceil_div(wait + grace, den) + 1000
+    if not generation then
+      generation = now
+      store_state(generation_key, ttl_us, generation)
+    elseif redis.call('PTTL', generation_key) < ceil_div(ttl_us, 1000) then
+      redis.call('PEXPIRE', generation_key, ttl_ms(ttl_us))
+    end
+    store_state(ticket, ttl_us, end_us, end_ticks, grace, generation)
   end
   local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
   reply[6], reply[7], reply[8] = end_us, end_ticks, 0

@@ -9,6 +9,8 @@
 --          common.lua); block: the key's block, written for block.lua's
 --          queries (a block moves the instant, so decisions need not read
 --          it)
+-- KEYS[3]  reserve with a ticket: the generation of the key's tickets (see
+--          common.lua)
 -- ARGV[1]  mode: 2 reserve n units, 3 cancel a reservation of n units,
 --          4 block the key
 -- ARGV[2]  n, units (1 <= n <= burst, checked by the caller)
@@ -38,7 +40,7 @@ local tolerance = burst * per_unit
 local cost = n * per_unit
 
 if mode == MODE_RESERVE then
-  return reserve(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den,
+  return reserve(KEYS[1], KEYS[2], KEYS[3], now, debt, cost, tolerance, per_unit, den,
     tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
 elseif mode == MODE_CANCEL then
   return cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, tonumber(ARGV[6]), tonumber(ARGV[7]))

@@ -9,7 +9,8 @@
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
 --          2 take n units and say how to undo it, 3 undo a take
 -- ARGV[2]  n, units requested (1 <= n <= limit, checked by the caller)
--- ARGV[3]  limit, units per window
+-- ARGV[3]  limit, units per window (at most 10,000, checked by the caller:
+--          the loops below write or remove up to limit entries)
 -- ARGV[4]  window length in microseconds
 -- ARGV[5]  undo: the admission time of the units (us)
 -- ARGV[6]  undo: the sequence number of the first of them
@@ -31,8 +32,13 @@ local now = server_now()
 
 if mode == MODE_CANCEL then
   local stamp = int(taken_at)
+  local batch = {}
   for i = 0, n - 1 do
-    redis.call('ZREM', KEYS[1], stamp .. ':' .. int(first_seq + i))
+    batch[#batch + 1] = stamp .. ':' .. int(first_seq + i)
+    if #batch >= 200 or i == n - 1 then
+      redis.call('ZREM', KEYS[1], unpack(batch))
+      batch = {}
+    end
   end
   return {1, 0, 0, 0, now}
 end

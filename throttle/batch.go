@@ -70,7 +70,7 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 			r, err = replyOf(cmds[j])
 		}
 		if err != nil {
-			if l.failOpen(ctx) {
+			if l.failOpen(ctx, err) {
 				for _, i := range pending {
 					results[i] = Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}
 				}

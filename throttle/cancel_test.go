@@ -243,3 +243,59 @@ func TestTicketsNotBefore(t *testing.T) {
 		t.Fatalf("negative NotBefore: %v", err)
 	}
 }
+
+// TestResetForgetsBookings: after a Reset, bookings made for the key with
+// ReserveFor are gone: their tickets claim nothing, and the admissions
+// after the Reset, claims included, keep the policy's spacing (1/s, burst
+// 1: one admission per second on the Redis clock). Before, a ticket booked
+// before the Reset still claimed its slot on top of the fresh key's
+// capacity.
+func TestResetForgetsBookings(t *testing.T) {
+	for _, p := range []throttle.Policy{
+		throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1},
+		throttle.TokenBucket{Rate: throttle.PerSecond(1), Burst: 1},
+	} {
+		t.Run(describe(p), func(t *testing.T) {
+			tg := redistest.Embedded(t)
+			clock := tg.Clock(t)
+			l := newLimiter(t, tg, p)
+			ctx := context.Background()
+			allowN(t, l, "k", 1)
+			for _, ticket := range []string{"task-1", "task-2"} {
+				res, err := l.ReserveFor(ctx, "k", throttle.Ticket{ID: ticket, Grace: 10 * time.Second}, 1, time.Hour)
+				if err != nil || !res.OK || res.Delay == 0 {
+					t.Fatalf("ReserveFor(%s): %+v, %v", ticket, res, err)
+				}
+			}
+			clock.Advance(300 * time.Millisecond)
+			if err := l.Reset(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			var admitted []time.Time
+			if r := allowN(t, l, "k", 1); r.Allowed {
+				admitted = append(admitted, clock.Now())
+			}
+			for i, ticket := range []string{"task-1", "task-2"} {
+				clock.Set(redistest.Start.Add(time.Duration(i+1) * time.Second))
+				res, err := l.ReserveFor(ctx, "k", throttle.Ticket{ID: ticket}, 1, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Reused {
+					t.Errorf("%s after the Reset: %+v; its booking was reset and must not be claimed", ticket, res)
+				}
+				if res.OK {
+					admitted = append(admitted, res.Slot)
+				}
+			}
+			for i := 1; i < len(admitted); i++ {
+				if gap := admitted[i].Sub(admitted[i-1]); gap < time.Second {
+					t.Errorf("admissions %s apart after the Reset; the policy allows one per second: %v", gap, admitted)
+				}
+			}
+			// Nothing of the old bookings is left to claim, and every key
+			// the limiter wrote expires.
+			checkTTLs(t, tg)
+		})
+	}
+}

@@ -29,6 +29,9 @@ func (p Concurrency) Validate() error {
 	if p.Limit < 1 {
 		return invalidPolicy("Concurrency.Limit must be at least 1, got %d", p.Limit)
 	}
+	if int64(p.Limit) > maxExact {
+		return invalidPolicy("Concurrency.Limit must be at most 2^50, got %d", p.Limit)
+	}
 	return checkSpan("Concurrency.Lease", p.Lease, 10*time.Millisecond)
 }
 
@@ -100,9 +103,10 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, key string) (*Lease, R
 		return nil, Result{}, err
 	}
 	holder := newHolderID()
+	sent := time.Now()
 	reply, err := c.run(ctx, modeAcquire, key, holder)
 	if err != nil {
-		if c.failOpen(ctx) {
+		if c.failOpen(ctx, err) {
 			return degradedLease(), Result{Allowed: true, Limit: c.policy.Limit, Degraded: true, cause: err}, nil
 		}
 		return nil, Result{}, c.unavailable(ctx, err)
@@ -111,7 +115,7 @@ func (c *ConcurrencyLimiter) acquire(ctx context.Context, key string) (*Lease, R
 	if !r.Allowed {
 		return nil, r, nil
 	}
-	return startLease(c, key, holder), r, nil
+	return startLease(c, key, holder, sent), r, nil
 }
 
 // Peek reports how many of key's slots are free now, without taking one.

@@ -6,25 +6,25 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
 
 // conn is what every limiter of this package shares: the client, the
 // options, and how one exchange with Redis runs and fails.
 type conn struct {
-	client redis.UniversalClient
-	cfg    config
-	// deadlines reports whether client applies context deadlines to socket
-	// reads; when it does not, timed calls run detached (see call).
-	deadlines bool
-	outages   *outageLog
+	client  redis.UniversalClient
+	cfg     config
+	outages *outageLog
 }
 
 // newConn validates the client and applies the options; name is the
 // limiter's name unless WithName gave one.
 func newConn(client redis.UniversalClient, name string, opts []Option) (conn, error) {
-	if client == nil {
+	if redisclient.IsNil(client) {
 		return conn{}, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
 	cfg := defaultConfig()
@@ -39,7 +39,7 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	if cfg.name == "" {
 		cfg.name = name
 	}
-	return conn{client: client, cfg: cfg, deadlines: honoursDeadlines(client), outages: &outageLog{}}, nil
+	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
 }
 
 // reply is a script's integer reply, up to eight values, kept off the heap.
@@ -65,9 +65,6 @@ func errShortReply(n int) error {
 
 // evalAny runs a script under the timeout and returns its integer reply.
 func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
-	if c.cfg.timeout <= 0 {
-		return runScript(ctx, c.client, script, keys, args)
-	}
 	var r reply
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
@@ -107,31 +104,19 @@ func replyFrom(values []any) (reply, error) {
 	return r, nil
 }
 
-// call runs one Redis exchange under the configured timeout. go-redis
-// applies a context's deadline to socket reads only when the client was
-// built with ContextTimeoutEnabled; for other clients a timed exchange runs
-// in a goroutine of its own, so the caller is answered at the deadline while
-// the exchange ends within the client's ReadTimeout. When call returns at
-// the deadline fn may still be running, so the caller reads what fn writes
-// only after call returned nil.
+// call runs one Redis exchange under ctx and the configured timeout,
+// through [bounded.Call]: the caller is answered by the time ctx ends or the
+// timeout passes, whatever the client's options, while an abandoned
+// exchange ends in the background within the client's ReadTimeout. When
+// call returns an error fn may still be running, so the caller reads what fn
+// writes only after call returned nil.
 func (c *conn) call(ctx context.Context, fn func(context.Context) error) error {
 	if c.cfg.timeout <= 0 {
-		return fn(ctx)
+		return bounded.Call(ctx, fn)
 	}
 	timed, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 	defer cancel()
-	var err error
-	if c.deadlines {
-		err = fn(timed)
-	} else {
-		done := make(chan error, 1)
-		go func() { done <- fn(timed) }()
-		select {
-		case err = <-done:
-		case <-timed.Done():
-			err = timed.Err()
-		}
-	}
+	err := bounded.Call(timed, fn)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && (timed.Err() != nil || isTimeout(err)) {
 		// The client reports the deadline as its own timeout (a net error,
 		// possibly a moment before the context's timer fires): say which
@@ -141,6 +126,18 @@ func (c *conn) call(ctx context.Context, fn func(context.Context) error) error {
 	return err
 }
 
+// cleanup runs fn, which gives back what a caller took (a booking, a
+// lease), through [bounded.Detached]: it is not cut short by ctx ending, and
+// is bounded by the configured timeout, or by bounded.CleanupLimit without
+// one; the caller waits for it only while ctx lives.
+func (c *conn) cleanup(ctx context.Context, fn func(context.Context) error) error {
+	limit := bounded.CleanupLimit
+	if c.cfg.timeout > 0 {
+		limit = c.cfg.timeout
+	}
+	return bounded.Detached(ctx, limit, fn)
+}
+
 // isTimeout reports a network timeout.
 func isTimeout(err error) bool {
 	var netErr net.Error
@@ -148,18 +145,50 @@ func isTimeout(err error) bool {
 }
 
 // unavailable wraps a failed call: the caller's own context error when the
-// caller gave up, ErrUnavailable with the cause otherwise.
+// caller gave up; ErrRefused with the cause for an answer of Redis that
+// will not change by itself; ErrUnavailable with the cause otherwise.
 func (c *conn) unavailable(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("throttle: %w", ctxErr)
 	}
+	if refused(err) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// failOpen reports whether a failed decision is to be allowed: the failure
-// policy says so and the caller has not given up.
-func (c *conn) failOpen(ctx context.Context) bool {
-	return c.cfg.failure == FailOpen && ctx.Err() == nil
+// failOpen reports whether a decision that failed with err is to be
+// allowed: the failure policy says so, the caller has not given up, and the
+// failure is one of reaching Redis in time, not a refusal.
+func (c *conn) failOpen(ctx context.Context, err error) bool {
+	return c.cfg.failure == FailOpen && ctx.Err() == nil && !refused(err)
+}
+
+// refused reports an error answer of Redis that will not go away by itself:
+// a command Redis does not know or allow (a cluster client on a server
+// without cluster support, an ACL without the permission, a missing AUTH, a
+// key of another type, a script error). Answers that say "not now" (the
+// server loading its data, busy with a script, a cluster or replica
+// failing over, out of memory, out of clients) are not refusals: they are
+// outages, which the failure policy covers.
+func refused(err error) bool {
+	var answer redis.Error
+	if !errors.As(err, &answer) || errors.Is(err, redis.Nil) {
+		return false
+	}
+	msg := answer.Error()
+	for _, notNow := range transientAnswers {
+		if strings.HasPrefix(msg, notNow) {
+			return false
+		}
+	}
+	return true
+}
+
+// transientAnswers start the error answers of Redis that end by themselves.
+var transientAnswers = []string{
+	"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY",
+	"NOREPLICAS", "OOM", "ERR max number of clients",
 }
 
 // del deletes keys of one Cluster slot under the timeout.
@@ -169,18 +198,6 @@ func (c *conn) del(ctx context.Context, keys ...string) error {
 		return c.unavailable(ctx, err)
 	}
 	return nil
-}
-
-// honoursDeadlines reports whether c applies context deadlines to its
-// socket reads.
-func honoursDeadlines(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
 }
 
 // validRequest checks a caller key and a unit count against a capacity.

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"container/heap"
 	"sync"
 	"time"
 )
@@ -12,10 +13,18 @@ import (
 // Redis rejected, before that rejection's RetryAfter ends (timed from when
 // the answer arrived, so never earlier than on Redis's clock). It is safe
 // for concurrent use.
+//
+// Every operation is O(log n) amortised: rejections that ran out leave
+// through a heap ordered by when they run out, never by a sweep of the
+// whole cache.
 type denyCache struct {
 	mu      sync.Mutex
 	max     int
 	entries map[string]denial
+	// expiry holds the end of every rejection remembered, soonest first.
+	// An entry whose key was since forgotten or remembered again is stale:
+	// it is skipped when it comes out, and dropped when the heap is rebuilt.
+	expiry expiryHeap
 }
 
 type denial struct {
@@ -44,21 +53,26 @@ func (c *denyCache) lookup(key string, n int, limit int, now time.Time) (Result,
 	}, true
 }
 
-// remember records a rejection of n units for key.
+// remember records a rejection of n units for key. When the cache is full
+// of rejections that still hold, it is not recorded: the next request for
+// key goes to Redis again.
 func (c *denyCache) remember(key string, n int, r Result, now time.Time) {
 	d := denial{n: n, until: now.Add(r.RetryAfter), reset: now.Add(r.ResetAfter)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.entries[key]; ok && old.n < n && now.Before(old.until) {
+	old, known := c.entries[key]
+	if known && old.n < n && now.Before(old.until) {
 		return // a rejection of fewer units says more
 	}
-	if len(c.entries) >= c.max {
-		c.sweep(now)
-		if len(c.entries) >= c.max {
-			return // full of live rejections: this one goes to Redis again
-		}
+	c.dropExpired(now)
+	if _, known = c.entries[key]; !known && len(c.entries) >= c.max {
+		return
 	}
 	c.entries[key] = d
+	heap.Push(&c.expiry, expiring{key: key, until: d.until})
+	if len(c.expiry) > 2*len(c.entries)+64 {
+		c.rebuild()
+	}
 }
 
 // forget drops key's rejection: after an admission, a Reset or a change.
@@ -68,11 +82,44 @@ func (c *denyCache) forget(key string) {
 	c.mu.Unlock()
 }
 
-// sweep drops the rejections that have run out. Called with mu held.
-func (c *denyCache) sweep(now time.Time) {
-	for key, d := range c.entries {
-		if !now.Before(d.until) {
-			delete(c.entries, key)
+// dropExpired removes the rejections that have run out, soonest first.
+// Called with mu held.
+func (c *denyCache) dropExpired(now time.Time) {
+	for len(c.expiry) > 0 && !now.Before(c.expiry[0].until) {
+		e := heap.Pop(&c.expiry).(expiring)
+		if d, ok := c.entries[e.key]; ok && d.until.Equal(e.until) {
+			delete(c.entries, e.key)
 		}
 	}
+}
+
+// rebuild makes the heap again from the live entries, dropping the stale
+// ones: O(n), once per n pushes at least. Called with mu held.
+func (c *denyCache) rebuild() {
+	c.expiry = c.expiry[:0]
+	for key, d := range c.entries {
+		c.expiry = append(c.expiry, expiring{key: key, until: d.until})
+	}
+	heap.Init(&c.expiry)
+}
+
+// expiring is when the rejection remembered for key runs out.
+type expiring struct {
+	key   string
+	until time.Time
+}
+
+// expiryHeap is a min-heap of expiring by until (container/heap).
+type expiryHeap []expiring
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiring)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	last := old[len(old)-1]
+	old[len(old)-1] = expiring{}
+	*h = old[:len(old)-1]
+	return last
 }

@@ -67,11 +67,21 @@
 //
 // # Failure policy and timeouts
 //
-// When Redis cannot answer, a Limiter fails closed by default: Allow returns
-// an error wrapping [ErrUnavailable]. With WithFailurePolicy(FailOpen) it
-// returns an allowed Result marked Degraded instead. [WithTimeout] bounds how
-// long one decision may take. A caller's own cancelled context always comes
-// back as its context error.
+// When Redis cannot answer in time, a Limiter fails closed by default: Allow
+// returns an error wrapping [ErrUnavailable]. With WithFailurePolicy(FailOpen)
+// it returns an allowed Result marked Degraded instead. An answer of Redis
+// that will not change by itself (a ClusterClient on a server without
+// cluster support, a missing AUTH or ACL permission, a key of another type)
+// is an error wrapping [ErrRefused] under either policy: fail-open covers
+// outages, never configuration errors. [WithTimeout] bounds how long one
+// decision may take.
+//
+// Every call returns as soon as its context ends, whatever the client's
+// options (go-redis applies a context to its reads only with
+// ContextTimeoutEnabled, and never its cancellation): a caller's own
+// cancelled context always comes back as its context error. What a call
+// gives back on its way out (a cancelled Wait's booking, a lease's slot) is
+// given back in the background, for up to the limiter's timeout, or 5 s.
 //
 // # Observing
 //

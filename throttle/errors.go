@@ -49,11 +49,21 @@ var (
 	// was released.
 	ErrLeaseLost = errors.New("throttle: lease lost")
 
-	// ErrUnavailable reports that Redis could not decide: it was unreachable,
-	// too slow for the configured timeout, or answered with an error. It
-	// wraps the underlying cause. Under [FailOpen] the decision is allowed
-	// and marked Degraded instead.
+	// ErrUnavailable reports that Redis could not decide in time: it was
+	// unreachable, too slow for the configured timeout or the caller's
+	// context, or answered that it cannot serve now (loading, busy, failing
+	// over). It wraps the underlying cause. Under [FailOpen] the decision is
+	// allowed and marked Degraded instead.
 	ErrUnavailable = errors.New("throttle: redis unavailable")
+
+	// ErrRefused reports an answer of Redis that will not change by itself:
+	// a command it does not know or allow, such as a ClusterClient talking
+	// to a server without cluster support, a missing AUTH or ACL
+	// permission, or a key of another type where the limiter keeps its
+	// state. It wraps Redis's answer. It is returned under either failure
+	// policy: FailOpen lets work through while Redis cannot be reached,
+	// never past a configuration error.
+	ErrRefused = errors.New("throttle: redis refused the command")
 )
 
 // invalidPolicy returns an error wrapping ErrInvalidPolicy.

@@ -47,6 +47,10 @@ func ticketKey(stateKey, ticket string) string {
 	return stateKey + ":t:" + escape(ticket)
 }
 
+// ticketsSuffix turns a state key into the key of its tickets' generation
+// (see common.lua): deleting it forgets every ticket of the caller key.
+const ticketsSuffix = ":tickets"
+
 // blockSuffix turns a state key into the key of its block (see BlockFor),
 // in the same Cluster slot.
 const blockSuffix = ":block"

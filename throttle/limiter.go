@@ -100,8 +100,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	return r, err
 }
 
-// Reset forgets key's state, giving it full capacity again, and lifts its
-// block.
+// Reset forgets everything kept for key: its state, giving it full
+// capacity again, its block, and every booking made for it with
+// ReserveFor, which no caller can claim afterwards.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
@@ -110,7 +111,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		l.denied.forget(key)
 	}
 	state := l.Key(key)
-	return l.del(ctx, state, blockKey(state))
+	return l.del(ctx, state, blockKey(state), state+ticketsSuffix)
 }
 
 // BlockFor stops key admitting anything for d, in every process sharing
@@ -190,7 +191,7 @@ func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Resu
 		reply, err = l.run(ctx, mode, key, n)
 	}
 	if err != nil {
-		if mode == modeTake && l.failOpen(ctx) {
+		if mode == modeTake && l.failOpen(ctx, err) {
 			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}, nil
 		}
 		return Result{}, l.unavailable(ctx, err)
@@ -248,6 +249,8 @@ func (l *Limiter) scriptArgs(mode int, key, ticket string, n int, extra ...strin
 	switch {
 	case !l.spec.reservable:
 		keys = []string{state, stateAndBlock} // the windows read the block
+	case ticket != "" && mode == modeReserve:
+		keys = []string{state, ticketKey(state, ticket), state + ticketsSuffix}
 	case ticket != "":
 		keys = []string{state, ticketKey(state, ticket)}
 	case mode == modeBlock:

@@ -71,16 +71,22 @@ type Decision struct {
 	Cached bool
 	// Latency is how long the call took, Redis round trip included.
 	Latency time.Duration
+	// Slot is when the admitted units may start, on the Redis server's
+	// clock: the moment Redis decided, for Allow and Acquire; the start of
+	// the booked slot, for Reserve. Compare Slots with each other, not with
+	// this process's clock. Zero unless Admitted by Redis (a Peek, a
+	// Degraded admission and a rejection have none).
+	Slot time.Time
 	// Err is the error returned (Errored), or the Redis failure behind a
 	// Degraded admission.
 	Err error
 }
 
-// RedisFailed reports whether the decision could not reach Redis: the
-// error wraps [ErrUnavailable], or the decision was Degraded. Bad input and
-// a caller's own cancelled context are not Redis failures.
+// RedisFailed reports whether Redis failed the decision: the error wraps
+// [ErrUnavailable] or [ErrRefused], or the decision was Degraded. Bad input
+// and a caller's own cancelled context are not Redis failures.
 func (d Decision) RedisFailed() bool {
-	return d.Outcome == Degraded || errors.Is(d.Err, ErrUnavailable)
+	return d.Outcome == Degraded || errors.Is(d.Err, ErrUnavailable) || errors.Is(d.Err, ErrRefused)
 }
 
 // Observer receives every decision of the limiters it is given to with
@@ -123,7 +129,7 @@ func WithName(name string) Option {
 }
 
 // WithLogger sets where the limiter logs, with log/slog: Redis failures, at
-// Warn, no more than one record per limiter each outageLogEvery with the
+// Warn (at Error for [ErrRefused]), no more than one record per limiter each outageLogEvery with the
 // count of failures in between. Decisions themselves are never logged.
 // Default: slog.Default(). nil discards.
 func WithLogger(l *slog.Logger) Option {
@@ -172,6 +178,9 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 		d.Err = r.cause
 	case r.Allowed:
 		d.Outcome = Admitted
+		if op != OpPeek && r.serverTime > 0 {
+			d.Slot = time.UnixMicro(r.serverTime)
+		}
 	default:
 		d.Outcome = Throttled
 	}
@@ -209,5 +218,9 @@ func (c *conn) logOutage(ctx context.Context, d Decision) {
 		attrs = append(attrs, slog.Duration("latency", d.Latency))
 	}
 	attrs = append(attrs, slog.Int("failures_not_logged", suppressed), slog.Any("error", d.Err))
-	logger.LogAttrs(ctx, slog.LevelWarn, "throttle: redis failed a decision", attrs...)
+	level := slog.LevelWarn
+	if errors.Is(d.Err, ErrRefused) {
+		level = slog.LevelError // a configuration error: it will not mend itself
+	}
+	logger.LogAttrs(ctx, level, "throttle: redis failed a decision", attrs...)
 }

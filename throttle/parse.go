@@ -150,9 +150,12 @@ const (
 	KeyBlock
 	// KeyTicket holds one ticket's booking (Limiter.ReserveFor), "…:t:<id>".
 	KeyTicket
+	// KeyTickets holds the generation of a caller key's tickets,
+	// "…:tickets": Reset deletes it, and every ticket with it.
+	KeyTickets
 )
 
-// String returns "state", "block" or "ticket".
+// String returns "state", "block", "ticket" or "tickets".
 func (k KeyKind) String() string {
 	switch k {
 	case KeyState:
@@ -161,6 +164,8 @@ func (k KeyKind) String() string {
 		return "block"
 	case KeyTicket:
 		return "ticket"
+	case KeyTickets:
+		return "tickets"
 	}
 	return fmt.Sprintf("KeyKind(%d)", int(k))
 }
@@ -189,7 +194,7 @@ func (k KeyInfo) Concurrency() bool { return strings.HasPrefix(k.Policy, "conc:"
 
 // ParseKey takes apart a Redis key that a [Limiter] or [ConcurrencyLimiter]
 // with the given prefix wrote: prefix + policy + ":{" + caller key + "}",
-// then nothing (the state), ":block" or ":t:" + ticket. It accepts exactly
+// then nothing (the state), ":block", ":tickets" or ":t:" + ticket. It accepts exactly
 // the keys the library writes: the policy in the form the library gives it,
 // a caller key escaped as the library escapes it (or hashed), and only the
 // suffixes the policy uses. Any other key, such as the worker's and the
@@ -223,6 +228,8 @@ func ParseKey(prefix, key string) (KeyInfo, error) {
 		info.Kind = KeyState
 	case suffix == blockSuffix:
 		info.Kind = KeyBlock
+	case suffix == ticketsSuffix:
+		info.Kind = KeyTickets
 	case strings.HasPrefix(suffix, ticketSuffixText):
 		info.Kind = KeyTicket
 		info.Ticket, ok = unescapeKey(suffix[len(ticketSuffixText):])
@@ -247,7 +254,7 @@ func ParseKey(prefix, key string) (KeyInfo, error) {
 	if err != nil || p.spec().id != info.Policy {
 		return KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
 	}
-	if info.Kind == KeyTicket && !p.spec().reservable {
+	if (info.Kind == KeyTicket || info.Kind == KeyTickets) && !p.spec().reservable {
 		return KeyInfo{}, notLimiterKey(key, "policy %q keeps no tickets", info.Policy)
 	}
 	return info, nil

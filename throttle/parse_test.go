@@ -211,6 +211,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 				t.Fatalf("ReserveFor: %+v, %v", r, err)
 			}
 			want[found{id, "booked", throttle.KeyTicket}] = true
+			want[found{id, "booked", throttle.KeyTickets}] = true
 		}
 	}
 	conc := newConcurrency(t, tg.Client, tg.Prefix, parseConcurrencies[0])
@@ -237,6 +238,8 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 		switch info.Kind {
 		case throttle.KeyBlock:
 			rebuilt += ":block"
+		case throttle.KeyTickets:
+			rebuilt += ":tickets"
 		case throttle.KeyTicket:
 			if info.Ticket != "task{7}%" {
 				t.Errorf("ParseKey(%q): ticket %q", key, info.Ticket)
@@ -419,6 +422,8 @@ func FuzzParseKey(f *testing.F) {
 		switch info.Kind {
 		case throttle.KeyBlock:
 			rebuilt += ":block"
+		case throttle.KeyTickets:
+			rebuilt += ":tickets"
 		case throttle.KeyTicket:
 			tag := throttle.Tag(info.Ticket)
 			rebuilt += ":t:" + tag[1:len(tag)-1]

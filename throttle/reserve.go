@@ -129,7 +129,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
 		var r Result
 		if res != nil {
-			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause}
+			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause, serverTime: res.serverStart}
 		}
 		l.observe(ctx, OpReserve, key, n, start, r, err)
 	}
@@ -154,7 +154,7 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	}
 	reply, err := l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
 	if err != nil {
-		if l.failOpen(ctx) {
+		if l.failOpen(ctx, err) {
 			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true, cause: err}, nil
 		}
 		return nil, l.unavailable(ctx, err)
@@ -194,24 +194,36 @@ func (l *Limiter) ticks(d time.Duration) int64 {
 // a slot with theirs); on the windows, the units, if their window is still
 // counting. Do not Cancel units that were used. Cancelling twice, or
 // cancelling a reservation that was not OK, does nothing.
+//
+// Cancel returns once Redis has answered, or as soon as ctx ends: the
+// giving back then goes on in the background, for up to the limiter's
+// timeout (5 s without one), and Cancel returns ctx's error.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.OK || r.Degraded || r.cancelled {
+		r.mu.Unlock()
 		return nil
 	}
-	_, err := r.limiter.runTicket(ctx, modeCancel, r.key, r.ticket, r.n, itoa(r.undo[0]), itoa(r.undo[1]))
-	if err != nil {
-		return r.limiter.unavailable(ctx, err)
-	}
+	// Marked before the call: a second Cancel must never give the units
+	// back twice, even while the first is still on its way.
 	r.cancelled = true
+	r.mu.Unlock()
+	l := r.limiter
+	undo := []string{itoa(r.undo[0]), itoa(r.undo[1])}
+	err := l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.runTicket(ctx, modeCancel, r.key, r.ticket, r.n, undo...)
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
 	return nil
 }
 
 // Wait sleeps until StartAt. If ctx ends first, or its deadline falls
-// before StartAt, Wait cancels the reservation and returns an error
-// wrapping the context's error (context.DeadlineExceeded for a deadline
-// that is too near).
+// before StartAt, Wait cancels the reservation (in the background when ctx
+// has ended, see Cancel) and returns an error wrapping the context's error
+// (context.DeadlineExceeded for a deadline that is too near).
 func (r *Reservation) Wait(ctx context.Context) error {
 	if !r.OK {
 		return fmt.Errorf("%w: %q needs %s longer than the reservation allowed", ErrNotReserved, r.key, r.RetryAfter)
@@ -221,21 +233,15 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		return nil
 	}
 	if deadline, ok := ctx.Deadline(); ok && deadline.Before(r.StartAt) {
-		r.cancelDetached(ctx)
+		_ = r.Cancel(ctx)
 		return fmt.Errorf("throttle: slot for %q starts %s after the context's deadline: %w",
 			r.key, r.StartAt.Sub(deadline), context.DeadlineExceeded)
 	}
 	if err := sleep(ctx, wait); err != nil {
-		r.cancelDetached(ctx)
+		_ = r.Cancel(ctx)
 		return err
 	}
 	return nil
-}
-
-// cancelDetached cancels on behalf of a caller whose context is ending:
-// the cancellation itself must not be cut short by that context.
-func (r *Reservation) cancelDetached(ctx context.Context) {
-	_ = r.Cancel(context.WithoutCancel(ctx))
 }
 
 // sleep waits for d or until ctx is done, whichever comes first, and then

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestNewRejectsBadPolicies(t *testing.T) {
@@ -35,6 +36,11 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		{throttle.GCRA{Rate: second, Burst: 0}, "GCRA.Burst must be at least 1"},
 		{throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1 << 30}, "too large"},
 		{throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Nanosecond}, Burst: 1}, "whole number of microseconds"},
+		// Limits past what the scripts count exactly, or loop over.
+		{throttle.FixedWindow{Limit: 1<<53 + 1, Window: time.Second}, "FixedWindow.Limit must be at most 2^50"},
+		{throttle.FixedWindow{Limit: 1<<50 + 1, Window: time.Hour}, "at most 2^50"},
+		{throttle.SlidingLog{Limit: 2_000_000, Window: time.Minute}, "SlidingLog.Limit must be at most 10000"},
+		{throttle.SlidingLog{Limit: 10_001, Window: time.Minute}, "use SlidingWindow or GCRA"},
 	} {
 		_, err := throttle.New(tg.Client, tc.policy)
 		if !errors.Is(err, throttle.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.says) {
@@ -51,6 +57,16 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	p := throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}
 	if _, err := throttle.New(nil, p); !errors.Is(err, throttle.ErrInvalidOption) {
 		t.Errorf("nil client: %v", err)
+	}
+	// A nil *redis.Client or *redis.ClusterClient in the interface is nil
+	// too: an error, not a panic on first use.
+	for _, client := range []redis.UniversalClient{(*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+		if _, err := throttle.New(client, p); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("New(%T(nil)): %v; want ErrInvalidOption", client, err)
+		}
+		if _, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 1, Lease: time.Second}); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("NewConcurrencyLimiter(%T(nil)): %v; want ErrInvalidOption", client, err)
+		}
 	}
 	for _, opt := range []throttle.Option{
 		nil,

@@ -22,7 +22,7 @@ var (
 // units can be admitted within one window's length. Choose [SlidingLog] or
 // [GCRA] when that matters.
 type FixedWindow struct {
-	Limit  int           // units per window, at least 1
+	Limit  int           // units per window, 1 to 2^50
 	Window time.Duration // window length, 1 ms to 10 years, whole µs
 }
 
@@ -35,15 +35,31 @@ func (p FixedWindow) spec() spec {
 
 // SlidingLog admits at most Limit units in any window of the given length,
 // exactly: it keeps one sorted-set entry per admitted unit, so its memory
-// per key grows with Limit (about 50–70 bytes per entry). Choose it for
-// small limits that must never be exceeded in any interval.
+// per key grows with Limit (about 50–70 bytes per entry), and a request
+// for n units writes n entries in one script, during which Redis serves
+// no one else. Choose it for small limits that must never be exceeded in
+// any interval; Limit is at most 10,000 (a full AllowN of 10,000 holds
+// Redis for a few milliseconds). For larger limits use [SlidingWindow] or
+// [GCRA], whose cost does not grow with the limit.
 type SlidingLog struct {
-	Limit  int           // units in any window, at least 1
+	Limit  int           // units in any window, 1 to 10,000
 	Window time.Duration // window length, 1 ms to 10 years, whole µs
 }
 
+// maxLogLimit is the largest SlidingLog.Limit: it bounds the entries one
+// script writes or removes, and so how long it holds Redis.
+const maxLogLimit = 10_000
+
 // Validate implements [Policy].
-func (p SlidingLog) Validate() error { return validateWindow("SlidingLog", p.Limit, p.Window) }
+func (p SlidingLog) Validate() error {
+	if err := validateWindow("SlidingLog", p.Limit, p.Window); err != nil {
+		return err
+	}
+	if p.Limit > maxLogLimit {
+		return invalidPolicy("SlidingLog.Limit must be at most %d (one entry per unit is kept and written in one script), got %d; use SlidingWindow or GCRA for larger limits", maxLogLimit, p.Limit)
+	}
+	return nil
+}
 
 func (p SlidingLog) spec() spec {
 	return windowSpec("sl", slidingLogScript, p.Limit, p.Window)
@@ -56,7 +72,7 @@ func (p SlidingLog) spec() spec {
 // the previous window's units were spread evenly, so it can admit slightly
 // more or fewer than an exact log would.
 type SlidingWindow struct {
-	Limit  int           // units per window, at least 1
+	Limit  int           // units per window, 1 to 2^50
 	Window time.Duration // window length, 1 ms to 10 years, whole µs
 }
 
@@ -90,6 +106,9 @@ func weightUnit(window time.Duration) int64 {
 func validateWindow(name string, limit int, window time.Duration) error {
 	if limit < 1 {
 		return invalidPolicy("%s.Limit must be at least 1, got %d", name, limit)
+	}
+	if int64(limit) > maxExact {
+		return invalidPolicy("%s.Limit must be at most 2^50 to be counted exactly, got %d", name, limit)
 	}
 	return checkSpan(name+".Window", window, time.Millisecond)
 }
