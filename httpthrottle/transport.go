@@ -219,9 +219,9 @@ func (t *Transport) waitTurn(ctx context.Context, key string) error {
 		if err != nil || blocked == 0 {
 			return err
 		}
-		cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = res.Cancel(cancelCtx)
-		cancel()
+		// Cancel waits while ctx lives, and finishes in the background
+		// after it ends.
+		_ = res.Cancel(ctx)
 	}
 }
 

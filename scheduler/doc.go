@@ -21,20 +21,36 @@
 //	s.Start()
 //	defer s.Stop(ctx)
 //
-// # Exactly once across replicas
+// # Once across replicas, and to its end
 //
 // Every replica runs every entry; at each tick they race for a claim in
-// Redis keyed by entry and tick time (SET NX with an expiry, kept alive while
-// the batch is produced and then remembered for a day), and only the winner
-// runs the producer. A replica that dies mid-run stops nothing: the next
-// ticks are claimed by the others. Tasks get the asynq IDs
-// "<entry>@<tick>:<index>", so running a tick's batch again (by hand, after
-// its replica died halfway) enqueues only what is missing.
+// Redis, and only the winner runs the producer. The claim is a lease of 6 s,
+// renewed every 2 s while the batch is produced. A replica that is stopped
+// (Stop) while its producer runs gives the tick up at once; one that dies,
+// or loses Redis, stops renewing and its claim lapses within 6 s. Every
+// replica looks every 3 s for such ticks and takes them over: the batch is
+// produced again, to its end, by another replica. A finished tick is
+// remembered (for twice the time to the next tick, from ten minutes to a
+// day) so that no replica fires it again; an entry keeps two Redis keys
+// whatever its schedule, and each replica costs Redis one script call per
+// entry every 3 s besides the ticks themselves.
+//
+// A tick's tasks get the asynq IDs "<entry>@<tick>:<index>", so a batch
+// produced again enqueues only what is missing. This asks two things of a
+// producer: build the batch from the tick ([TickTime]), not from the time
+// it runs (a re-run may come seconds later, after midnight say), and emit
+// the same tasks in the same order each time. A producer that fails, or
+// panics, ends its tick: the error is reported and the tick is not tried
+// again. A batch cut short because a task could not be booked or enqueued
+// (Redis unreachable) is released and tried again, like a stopped one.
 //
 // Schedules are robfig/cron specs: five fields, or six with leading
-// seconds, descriptors such as @daily and @every 10m, and CRON_TZ=<zone>.
-// The package runs its own timer per entry, so producers get a context and
-// return an error, and Stop cancels and waits for them.
+// seconds, descriptors such as @daily, and CRON_TZ=<zone>. A spec without
+// a zone is read in UTC ([WithLocation] changes that), so that replicas on
+// machines set to different zones agree on every tick. "@every d" ticks at
+// the multiples of d since the Unix epoch, the same instants on every
+// replica. The package runs its own timer per entry, so producers get a
+// context and return an error, and Stop cancels and waits for them.
 //
 // # Pacing
 //

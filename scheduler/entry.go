@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/robfig/cron/v3"
 )
 
@@ -67,14 +69,12 @@ type entry struct {
 // run fires the entry's ticks until ctx ends. Each tick is fired in its own
 // goroutine, so a long batch does not delay the next tick.
 func (s *Scheduler) run(ctx context.Context, e *entry) {
-	next := e.schedule.Next(time.Now())
+	next := e.schedule.Next(s.clock.Now())
 	for {
-		timer := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return
-		case <-timer.C:
+		case <-s.clock.After(next.Sub(s.clock.Now())):
 		}
 		tick := next
 		next = e.schedule.Next(tick)
@@ -88,41 +88,58 @@ func (s *Scheduler) run(ctx context.Context, e *entry) {
 
 // fire runs one tick if this replica wins its claim.
 func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
-	key := s.claimKey(e.name, tick)
-	won, err := s.claim(ctx, key, claimTake, claimLease)
-	if err != nil {
+	won, err := s.claim(ctx, s.claimsOf(e.name), claimTake, tick.UnixMicro(), claimLease)
+	switch {
+	case err != nil && ctx.Err() == nil:
 		s.report(&EntryError{Entry: e.name, Tick: tick, Err: fmt.Errorf("claiming the tick: %w", err)})
-		return
+	case err == nil && won == 1:
+		s.produceClaimed(ctx, e, tick)
 	}
-	if !won {
-		return // another replica has it
-	}
+}
+
+// produceClaimed produces the batch of a tick this replica has claimed,
+// renewing the claim meanwhile. A batch done to its end, or stopped by its
+// producer's own failure, is marked done. One cut short (the scheduler is
+// stopping, or tasks could not be booked or enqueued) is released, and
+// another replica, or this one, takes it over and produces it again: its
+// task IDs make that run enqueue only what is missing.
+func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time) {
+	c := s.claimsOf(e.name)
 	done := make(chan struct{})
-	go s.keepClaim(key, done)
-	err = s.produce(ctx, e, tick)
+	go s.keepClaim(c, tick.UnixMicro(), done)
+	unfinished, err := s.produce(ctx, e, tick)
 	close(done)
 	if err != nil {
 		s.report(&EntryError{Entry: e.name, Tick: tick, Err: err})
 	}
-	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if unfinished || ctx.Err() != nil {
+		s.release(ctx, c, tick.UnixMicro())
+		return
+	}
+	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRenewal)
 	defer cancel()
-	_, _ = s.claim(finish, key, claimFinish, claimDone)
+	_, _ = s.claim(finish, c, claimFinish, tick.UnixMicro(), doneKeep(e.schedule, tick))
 }
 
 // produce runs the producer, a panic turned into an error, and enqueues
-// what it emits.
-func (s *Scheduler) produce(ctx context.Context, e *entry, tick time.Time) (err error) {
+// what it emits. unfinished reports a batch cut short by a failure to book
+// or enqueue a task, which another run may get past.
+func (s *Scheduler) produce(ctx context.Context, e *entry, tick time.Time) (unfinished bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v\n%s", ErrProducerPanicked, p, debug.Stack())
 		}
 	}()
-	batchID := e.name + "@" + tick.UTC().Format(time.RFC3339Nano)
+	id := batchID(e.name, tick)
 	index := 0
 	var clock batchClock
-	return e.producer.produce(ctx, func(task *asynq.Task) error {
-		_, err := e.batch.enqueue(ctx, s.enqueue, &clock, batchID, index, task)
+	err = e.producer.produce(context.WithValue(ctx, tickKey{}, tick), func(task *asynq.Task) error {
+		_, err := e.batch.enqueue(ctx, s.enqueue, &clock, id, index, task)
 		index++
+		if err != nil && !errors.Is(err, worker.ErrThrottled) && !errors.Is(err, errNilTask) {
+			unfinished = true
+		}
 		return err
 	})
+	return unfinished, err
 }

@@ -158,10 +158,13 @@ func Pace(ctx context.Context, client *asynq.Client, th *worker.Throttler, batch
 	return out, nil
 }
 
+// errNilTask reports a nil task in a batch.
+var errNilTask = errors.New("nil task")
+
 // enqueue books (when paced) and enqueues the index-th task of a batch.
 func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *batchClock, batchID string, index int, task *asynq.Task) (Planned, error) {
 	if task == nil {
-		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d is nil", batchID, index)
+		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d: %w", batchID, index, errNilTask)
 	}
 	p := Planned{ID: fmt.Sprintf("%s:%09d", batchID, index), StartAt: time.Now()}
 	opts := append(append([]asynq.Option(nil), c.taskOpts...), asynq.TaskID(p.ID))

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
-	"github.com/robfig/cron/v3"
 )
 
 var (
@@ -28,6 +28,9 @@ var (
 	// ErrStarted reports Add or Start on a scheduler already started, or
 	// Start on a stopped one.
 	ErrStarted = errors.New("scheduler: already started")
+
+	// ErrInvalidOption reports a bad option, or a nil client, given to New.
+	ErrInvalidOption = errors.New("scheduler: invalid option")
 )
 
 // EntryError is a failure of one tick of one entry: its producer failed or
@@ -57,6 +60,7 @@ type Scheduler struct {
 	enqueue *asynq.Client
 	cfg     config
 	replica string
+	clock   clock
 
 	mu      sync.Mutex
 	entries []*entry
@@ -86,7 +90,7 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidEntry, prefix)
+			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
 		}
 		c.prefix = prefix
 		return nil
@@ -97,7 +101,7 @@ func WithPrefix(prefix string) Option {
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidEntry)
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
 		c.logger = l
 		return nil
@@ -114,11 +118,13 @@ func WithErrorHandler(f func(*EntryError)) Option {
 }
 
 // WithLocation sets the time zone of specs that do not name one with
-// CRON_TZ=. Default: time.Local.
+// CRON_TZ=. Default: UTC, so that replicas whose machines are set to
+// different zones agree on every tick ("0 2 * * *" is 02:00 UTC), as
+// asynq's own scheduler does.
 func WithLocation(loc *time.Location) Option {
 	return optionFunc(func(c *config) error {
 		if loc == nil {
-			return fmt.Errorf("%w: nil location", ErrInvalidEntry)
+			return fmt.Errorf("%w: nil location", ErrInvalidOption)
 		}
 		c.location = loc
 		return nil
@@ -133,15 +139,17 @@ func WithLocation(loc *time.Location) Option {
 //	WithPrefix(s)         "throttle:"       start of the claims' keys
 //	WithLogger(l)         slog.Default()    where entry failures are logged
 //	WithErrorHandler(f)   none              called with each entry failure
-//	WithLocation(loc)     time.Local        zone of specs without CRON_TZ=
+//	WithLocation(loc)     time.UTC          zone of specs without CRON_TZ=
+//
+// Errors wrap ErrInvalidOption.
 func New(client redis.UniversalClient, opts ...Option) (*Scheduler, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidEntry)
+	if redisclient.IsNil(client) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
-	cfg := config{prefix: "throttle:", logger: slog.Default(), location: time.Local}
+	cfg := config{prefix: "throttle:", logger: slog.Default(), location: time.UTC}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidEntry)
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
 		}
 		if err := opt.apply(&cfg); err != nil {
 			return nil, err
@@ -149,28 +157,24 @@ func New(client redis.UniversalClient, opts ...Option) (*Scheduler, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	return &Scheduler{client: client, enqueue: asynq.NewClientFromRedisClient(client), cfg: cfg, replica: hex.EncodeToString(id[:])}, nil
+	return &Scheduler{client: client, enqueue: asynq.NewClientFromRedisClient(client), cfg: cfg,
+		replica: hex.EncodeToString(id[:]), clock: realClock{}}, nil
 }
-
-// specParser reads the five-field cron format with an optional leading
-// seconds field, descriptors such as @hourly and @every 10m, and CRON_TZ=.
-var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Add registers an entry: on every tick of spec, on one replica, producer
 // makes a batch of tasks, which are enqueued (paced, with [PacedBy]) with
 // the IDs name@tick:index, so that a tick run twice never enqueues a task
 // twice. spec is a cron spec with optional seconds ("*/5 * * * * *" is
 // every 5 s, "0 2 * * *" nightly at 02:00), a descriptor ("@hourly",
-// "@every 30s"), and may start with CRON_TZ=<zone>. Errors wrap
-// ErrInvalidEntry, or ErrStarted once the scheduler has started.
+// "@every 30s", which ticks at the multiples of 30 s since the Unix epoch,
+// the same instants on every replica), and may start with CRON_TZ=<zone>.
+// Errors wrap ErrInvalidEntry, or ErrStarted once the scheduler has
+// started.
 func (s *Scheduler) Add(name, spec string, producer Producer, opts ...BatchOption) error {
 	if name == "" || producer == nil {
 		return fmt.Errorf("%w: an entry needs a name and a producer", ErrInvalidEntry)
 	}
-	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") && !strings.HasPrefix(spec, "@every") {
-		spec = "CRON_TZ=" + s.cfg.location.String() + " " + spec
-	}
-	schedule, err := specParser.Parse(spec)
+	schedule, err := parseSpec(spec, s.cfg.location)
 	if err != nil {
 		return fmt.Errorf("%w: entry %q: spec %q: %w", ErrInvalidEntry, name, spec, err)
 	}
@@ -203,10 +207,14 @@ func (s *Scheduler) Start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, e := range s.entries {
-		s.running.Add(1)
+		s.running.Add(2)
 		go func() {
 			defer s.running.Done()
 			s.run(ctx, e)
+		}()
+		go func() {
+			defer s.running.Done()
+			s.recoverTicks(ctx, e)
 		}()
 	}
 	return nil
@@ -214,8 +222,10 @@ func (s *Scheduler) Start() error {
 
 // Stop stops firing ticks, cancels the context of producers still running
 // and waits for them to return, or for ctx to end, whichever comes first;
-// in the latter case it returns ctx's error. Stop on a scheduler that is not
-// running returns nil.
+// in the latter case it returns ctx's error. The ticks of producers cut
+// short are released at once, and another replica produces them again
+// within a few seconds (see the package documentation). Stop on a scheduler
+// that is not running returns nil.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state != 1 {

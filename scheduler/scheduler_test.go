@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/scheduler"
+	"github.com/redis/go-redis/v9"
 )
 
 var quiet = scheduler.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -49,8 +50,9 @@ func tasksIn(t *testing.T, inspector *asynq.Inspector, queue string) []*asynq.Ta
 }
 
 // TestTicksFireOnceAcrossReplicas: three replicas run an entry firing every
-// second for six seconds; each tick's batch is enqueued exactly once, no tick
-// is missed, and stopping one replica midway changes nothing.
+// second, on a clock the test drives, for six ticks; each tick's batch is
+// enqueued exactly once, no tick is missed, and stopping one replica midway
+// changes nothing.
 func TestTicksFireOnceAcrossReplicas(t *testing.T) {
 	tg := redistest.New(t)
 	queue, inspector := queueOf(t, tg)
@@ -63,7 +65,11 @@ func TestTicksFireOnceAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = s.Add("reminders", "* * * * * *", scheduler.Batch(func(ctx context.Context) ([]*asynq.Task, error) {
-			tick := time.Now().Truncate(time.Second).UTC().Format(time.RFC3339)
+			at, ok := scheduler.TickTime(ctx)
+			if !ok {
+				return nil, errors.New("no tick in the producer's context")
+			}
+			tick := at.UTC().Format(time.RFC3339)
 			mu.Lock()
 			producedBy[tick] = append(producedBy[tick], r)
 			mu.Unlock()
@@ -78,16 +84,24 @@ func TestTicksFireOnceAcrossReplicas(t *testing.T) {
 		}
 		replicas = append(replicas, s)
 	}
+	clock := newFakeClock(t, nil, time.Now().Truncate(time.Second), replicas...)
 	for _, s := range replicas {
 		if err := s.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
-	if err := replicas[0].Stop(context.Background()); err != nil {
-		t.Fatal(err)
+	// Each replica waits for its first tick and its first look for lapsed
+	// ticks; after that a loop woken late still fires every tick it passed.
+	eventually(t, "every replica waiting for its first tick", func() bool { return clock.Waiting() == 2*len(replicas) })
+	for i := 1; i <= 6; i++ {
+		clock.Advance(time.Second)
+		eventually(t, fmt.Sprintf("tick %d's batch enqueued", i), func() bool { return len(tasksIn(t, inspector, queue)) == 3*i })
+		if i == 3 {
+			if err := replicas[0].Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	time.Sleep(3500 * time.Millisecond)
 	for _, s := range replicas[1:] {
 		if err := s.Stop(context.Background()); err != nil {
 			t.Fatal(err)
@@ -116,8 +130,8 @@ func TestTicksFireOnceAcrossReplicas(t *testing.T) {
 		ticks = append(ticks, tick)
 	}
 	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
-	if len(ticks) < 6 {
-		t.Fatalf("%d ticks in 6.5 s, want at least 6: %v", len(ticks), ticks)
+	if len(ticks) != 6 {
+		t.Fatalf("%d ticks, want 6: %v", len(ticks), ticks)
 	}
 	for i := 1; i < len(ticks); i++ {
 		if gap := ticks[i].Sub(ticks[i-1]); gap != time.Second {
@@ -164,8 +178,16 @@ func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 	must(s.Add("good", "* * * * * *", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
 		return []*asynq.Task{asynq.NewTask("ok", nil)}, nil
 	}), scheduler.TaskOptions(asynq.Queue(queue))))
+	clock := newFakeClock(t, nil, time.Now().Truncate(time.Second), s)
 	must(s.Start())
-	time.Sleep(2500 * time.Millisecond)
+	eventually(t, "the entries waiting for their first tick", func() bool { return clock.Waiting() == 6 })
+	clock.Advance(time.Second)
+	clock.Advance(time.Second)
+	eventually(t, "two ticks of every entry done", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures) >= 4 && len(tasksIn(t, inspector, queue)) >= 2
+	})
 	must(s.Stop(context.Background()))
 
 	mu.Lock()
@@ -182,7 +204,7 @@ func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 		}
 	}
 	if failed < 2 || panicked < 2 {
-		t.Fatalf("%d failures and %d panics reported over 2.5 s of ticks; want each tick's", failed, panicked)
+		t.Fatalf("%d failures and %d panics reported over two ticks; want each tick's", failed, panicked)
 	}
 	if n := len(tasksIn(t, inspector, queue)); n < 2 {
 		t.Fatalf("the good entry enqueued %d tasks alongside its failing neighbours", n)
@@ -212,9 +234,12 @@ func TestStopCancelsProducersAndWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock := newFakeClock(t, nil, time.Now(), s)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "the entry waiting for its tick", func() bool { return clock.Waiting() == 2 })
+	clock.Advance(time.Second)
 	<-started
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -241,7 +266,10 @@ func TestStopHonoursItsContext(t *testing.T) {
 		<-release // ignores its context
 		return nil
 	}))
+	clock := newFakeClock(t, nil, time.Now(), s)
 	_ = s.Start()
+	eventually(t, "the entry waiting for its tick", func() bool { return clock.Waiting() == 2 })
+	clock.Advance(time.Second)
 	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -284,11 +312,15 @@ func TestAddRejectsBadEntries(t *testing.T) {
 	if err := s.Add("entry @hourly", "@daily", ok); !errors.Is(err, scheduler.ErrInvalidEntry) {
 		t.Errorf("a second entry of the same name: %v", err)
 	}
-	if _, err := scheduler.New(nil); !errors.Is(err, scheduler.ErrInvalidEntry) {
-		t.Errorf("nil client: %v", err)
+	for _, client := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if _, err := scheduler.New(client); !errors.Is(err, scheduler.ErrInvalidOption) {
+			t.Errorf("New(%T(nil)): %v; want ErrInvalidOption", client, err)
+		}
 	}
-	if _, err := scheduler.New(tg.Client, scheduler.WithPrefix("{")); !errors.Is(err, scheduler.ErrInvalidEntry) {
-		t.Errorf("bad prefix: %v", err)
+	for _, opt := range []scheduler.Option{nil, scheduler.WithPrefix("{"), scheduler.WithLogger(nil), scheduler.WithLocation(nil)} {
+		if _, err := scheduler.New(tg.Client, opt); !errors.Is(err, scheduler.ErrInvalidOption) {
+			t.Errorf("a bad option: %v; want ErrInvalidOption", err)
+		}
 	}
 	_ = s.Start()
 	defer s.Stop(context.Background())

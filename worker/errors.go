@@ -16,8 +16,11 @@ var (
 	// ErrGaveUp matches every *GaveUpError.
 	ErrGaveUp = errors.New("worker: gave up on a throttled task")
 
-	// ErrInvalidRule reports a rule or option that New cannot use.
+	// ErrInvalidRule reports a rule or rule option that New cannot use.
 	ErrInvalidRule = errors.New("worker: invalid rule")
+
+	// ErrInvalidOption reports a bad option, or a nil client, given to New.
+	ErrInvalidOption = errors.New("worker: invalid option")
 
 	// ErrNoKey reports a task from which a rule's key function could not
 	// take a key (a missing payload field or header, say). The task fails
@@ -29,6 +32,13 @@ var (
 // longer than it may wait inline: asynq sends the task back through its
 // retry set, and the helpers of [Throttler.Configure] bring it back after
 // RetryAfter without counting a failure or using up a retry.
+//
+// A handler may return one too, to send its task back because a limit it
+// learnt of itself (a partner's 429) says so: RetryAfter then counts from
+// the moment asynq asks when to retry, and is at least a second (asynq
+// cannot bring a task back sooner). Behind the middleware, a task with no
+// retries left that returns one is handed over to a copy of itself instead
+// of being archived, as the middleware's own throttles are.
 type ThrottledError struct {
 	// Rule is the name of the rule that throttled the task.
 	Rule string
@@ -37,8 +47,23 @@ type ThrottledError struct {
 	// RetryAfter is how long after the decision the task is to come back.
 	RetryAfter time.Duration
 
-	// until is the instant the task is to be back in its queue.
+	// until is the instant the task is to be back in its queue, set by the
+	// middleware; zero in an error a handler built.
 	until time.Time
+}
+
+// minHandlerRetry is the shortest return a handler's own ThrottledError
+// asks for: asynq keeps retry times in whole seconds.
+const minHandlerRetry = time.Second
+
+// returnAt is when the task is to be back in its queue: the instant the
+// middleware named, or for an error a handler built, RetryAfter (at least
+// minHandlerRetry) from now.
+func (e *ThrottledError) returnAt(now time.Time) time.Time {
+	if !e.until.IsZero() {
+		return e.until
+	}
+	return now.Add(max(e.RetryAfter, minHandlerRetry))
 }
 
 // Error describes the throttle.

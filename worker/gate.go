@@ -40,7 +40,8 @@ type pass struct {
 // held is a concurrency lease and the rule and key it was taken for.
 type held struct {
 	*throttle.Lease
-	rule, key string
+	rule *Rule
+	key  string
 }
 
 // booking is a reservation and the rule and key it was made for.
@@ -108,7 +109,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass 
 				if lease == nil {
 					return refuse(r, key, res.RetryAfter, nil)
 				}
-				p.leases = append(p.leases, held{lease, r.name, key})
+				p.leases = append(p.leases, held{lease, r, key})
 				p.degraded = p.degraded || lease.Degraded()
 			case r.limiter.CanReserveAhead() && meters == 1:
 				res, err := t.reserveAhead(ctx, r, key, tk.ticket)
@@ -154,6 +155,19 @@ func (t *Throttler) reserveAhead(ctx context.Context, r *Rule, key, ticket strin
 	return r.limiter.ReserveFor(ctx, key, throttle.Ticket{ID: ticket}, 1, r.bookAhead)
 }
 
+// slot returns when the pass's turn comes on the Redis server's clock: the
+// start of its latest booking; zero when it holds none (a pass of
+// concurrency caps only, or one let through degraded).
+func (p *pass) slot() time.Time {
+	var slot time.Time
+	for _, b := range p.bookings {
+		if b.Slot.After(slot) {
+			slot = b.Slot
+		}
+	}
+	return slot
+}
+
 func (p *pass) add(b booking) {
 	p.bookings = append(p.bookings, b)
 	p.degraded = p.degraded || b.Degraded
@@ -187,9 +201,9 @@ func (p *pass) latest() booking {
 
 // giveBack releases the leases and cancels the bookings, except those that
 // start keepFrom or later (0 keeps none): the task will come back for them.
+// Each is given back while ctx lives, and in the background after it ends
+// (throttle's Release and Cancel are bounded so).
 func (p *pass) giveBack(ctx context.Context, keepFrom time.Duration) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
 	for _, lease := range p.leases {
 		_ = lease.Release(ctx)
 	}
@@ -201,12 +215,6 @@ func (p *pass) giveBack(ctx context.Context, keepFrom time.Duration) {
 		_ = b.Cancel(ctx)
 	}
 	p.bookings = nil
-}
-
-// detached returns a context that outlives ctx's cancellation, for
-// clean-up after a task's context has ended, bounded by a few seconds.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 // comeBackAfter is how long a refused task stays away: until its slot less

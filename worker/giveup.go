@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,12 @@ const minCountRetention = 24 * time.Hour
 func (t *Throttler) countThrottle(ctx context.Context, rule *Rule, origin string) (int, time.Duration, error) {
 	keep := max(rule.giveUp.MaxThrottledTime, minCountRetention)
 	key := t.cfg.prefix + "worker:task:" + throttle.Tag(origin)
-	reply, err := throttledTaskScript.Run(ctx, t.client, []string{key}, rule.name, keep.Microseconds()).Int64Slice()
+	var reply []int64
+	err := bounded.Call(ctx, func(ctx context.Context) error {
+		var err error
+		reply, err = throttledTaskScript.Run(ctx, t.client, []string{key}, rule.name, keep.Microseconds()).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 )
 
 // handOver deals with a throttled task that has no retries left and cannot
@@ -19,7 +20,10 @@ import (
 // bookings, which it inherits. Its ID is derived from the task's, so a
 // hand-over repeated after a crash finds the copy already there instead of
 // making a second.
-func (t *Throttler) handOver(ctx context.Context, tk *task, r *refusal, until time.Time) error {
+// The copy is enqueued even when the task's context has ended (within
+// bounded.CleanupLimit): the task is ending either way, and without the
+// copy it would be lost.
+func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, until time.Time) error {
 	headers := maps.Clone(tk.Headers())
 	if headers == nil {
 		headers = map[string]string{}
@@ -28,18 +32,19 @@ func (t *Throttler) handOver(ctx context.Context, tk *task, r *refusal, until ti
 	headers[headerTicket] = tk.ticket
 	headers[headerCopies] = strconv.Itoa(tk.copies + 1)
 	copyID := fmt.Sprintf("%s~%d", tk.origin, tk.copies+1)
-	opts := []asynq.Option{asynq.TaskID(copyID), asynq.MaxRetry(0), asynq.ProcessAt(until)}
+	opts := []asynq.Option{asynq.TaskID(copyID), asynq.MaxRetry(0), asynq.ProcessAt(wholeSecondAtOrAfter(until))}
 	if tk.queue != "" {
 		opts = append(opts, asynq.Queue(tk.queue))
 	}
-	enqueueCtx, cancel := detached(ctx)
-	defer cancel()
-	_, err := t.enqueuer.EnqueueContext(enqueueCtx, asynq.NewTaskWithHeaders(tk.Type(), tk.Payload(), headers), opts...)
+	err := bounded.Finish(ctx, bounded.CleanupLimit, func(ctx context.Context) error {
+		_, err := t.enqueuer.EnqueueContext(ctx, asynq.NewTaskWithHeaders(tk.Type(), tk.Payload(), headers), opts...)
+		return err
+	})
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Err: err})
 		return fmt.Errorf("worker: handing over throttled task %s: %w", tk.id, err)
 	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(until)})
+	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Delay: time.Until(until)})
 	return nil
 }
 
@@ -52,4 +57,15 @@ func OriginalTaskID(ctx context.Context, task *asynq.Task) string {
 	}
 	id, _ := asynq.GetTaskID(ctx)
 	return id
+}
+
+// wholeSecondAtOrAfter rounds t up to a whole second: asynq keeps a task's
+// process time in whole seconds, rounded down, which would bring the copy
+// back early.
+func wholeSecondAtOrAfter(t time.Time) time.Time {
+	whole := t.Truncate(time.Second)
+	if whole.Before(t) {
+		whole = whole.Add(time.Second)
+	}
+	return whole
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -36,29 +37,51 @@ const deadlineMargin = time.Second
 func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
 		rules := t.matching(at)
-		if len(rules) == 0 {
-			return h.ProcessTask(ctx, at)
-		}
 		tk, err := t.describe(ctx, at, rules)
 		if err != nil {
 			return err
+		}
+		if len(rules) == 0 {
+			return t.outcome(ctx, tk, h.ProcessTask(ctx, at))
 		}
 		p, err := t.admit(ctx, tk, rules)
 		if err != nil || p == nil {
 			t.settle(ctx)
 			return err
 		}
-		t.observeLeases(tk, p, LeaseTaken)
-		defer func() {
-			// Reported before Redis frees the slot, and taken after Redis
-			// gave it: a gauge kept from the events never shows more leases
-			// than Redis holds.
-			t.observeLeases(tk, p, LeaseReleased)
-			p.giveBackLeases(ctx)
+		if len(p.leases) == 0 {
+			err = h.ProcessTask(ctx, at)
 			t.settle(ctx)
-		}()
-		return h.ProcessTask(ctx, at)
+			return t.outcome(ctx, tk, err)
+		}
+		t.observeLeases(tk, p, LeaseTaken)
+		running, lost := t.watchLeases(ctx, tk, p)
+		err = h.ProcessTask(running, at)
+		// Reported before Redis frees the slot, and taken after Redis gave
+		// it: a gauge kept from the events never shows more leases than
+		// Redis holds.
+		t.observeLeases(tk, p, LeaseReleased)
+		p.giveBackLeases(ctx)
+		if l := lost(); l != nil && err != nil {
+			// The handler was stopped because its slot was no longer its
+			// own: the task is throttled, not failed.
+			err = t.sendBack(ctx, tk, &refusal{rule: l.rule, key: l.key})
+		}
+		t.settle(ctx)
+		return t.outcome(ctx, tk, err)
 	})
+}
+
+// outcome is what the middleware returns for a handler's err: err itself,
+// but for a *ThrottledError the handler returned for a task with no
+// retries left, which asynq would archive: that task is handed over to a
+// copy of itself, due when the error says.
+func (t *Throttler) outcome(ctx context.Context, tk *task, err error) error {
+	var throttled *ThrottledError
+	if !tk.last || !errors.As(err, &throttled) {
+		return err
+	}
+	return t.handOver(ctx, tk, throttled.Rule, throttled.Key, throttled.returnAt(time.Now()))
 }
 
 // matching returns the rules that apply to the task, in order.
@@ -220,7 +243,7 @@ func (t *Throttler) sendBack(ctx context.Context, tk *task, r *refusal) error {
 	}
 	until := time.Now().Add(away)
 	if tk.last {
-		return t.handOver(ctx, tk, r, until)
+		return t.handOver(ctx, tk, rule.name, r.key, until)
 	}
 	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Delay: away, Throttles: throttles, Err: r.err})
 	return &ThrottledError{Rule: rule.name, Key: r.key, RetryAfter: away, until: until}
@@ -231,8 +254,6 @@ func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
 	if !r.kept || tk.ticket == "" {
 		return
 	}
-	ctx, cancel := detached(ctx)
-	defer cancel()
 	for i, rule := range t.matching(tk.Task) {
 		if rule.limiter == nil || !rule.limiter.CanReserveAhead() {
 			continue
@@ -251,9 +272,9 @@ func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, wai
 	case p.degraded:
 		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	case waited > 0:
-		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited})
+		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
 	default:
-		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type()})
+		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
 	}
 }
 
@@ -265,26 +286,6 @@ type cause struct{ rule, key string }
 func (p *pass) waitingFor() cause {
 	b := p.latest()
 	return cause{b.rule.name, b.key}
-}
-
-// observeLeases reports each lease the pass holds in Redis (a degraded
-// one holds none) as an event of kind k.
-func (t *Throttler) observeLeases(tk *task, p *pass, k EventKind) {
-	for _, l := range p.leases {
-		if !l.Degraded() {
-			t.observe(Event{Kind: k, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule, Key: l.key})
-		}
-	}
-}
-
-// giveBackLeases releases the pass's leases once the handler has ended,
-// however it ended; bookings were used and stay.
-func (p *pass) giveBackLeases(ctx context.Context) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	for _, lease := range p.leases {
-		_ = lease.Release(ctx)
-	}
 }
 
 // sleep waits for d, or until ctx is done and returns its error.

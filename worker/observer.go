@@ -30,6 +30,14 @@ const (
 	// LeaseReleased: the task's handler ended and its lease of Rule was
 	// given back.
 	LeaseReleased
+	// LeaseLost: the task's lease of Rule was lost while its handler ran
+	// (it ran out unrenewed, Redis being unreachable for a whole lease, or
+	// its key was reset), so another task may hold the slot. The handler's
+	// context is cancelled with a cause wrapping throttle.ErrLeaseLost, and
+	// a task whose handler then fails goes back to asynq as throttled (a
+	// Rescheduled event follows), not as failed. LeaseReleased still
+	// follows when the handler ends.
+	LeaseLost
 )
 
 // String names the kind, for logs and metric labels.
@@ -51,6 +59,8 @@ func (k EventKind) String() string {
 		return "lease_taken"
 	case LeaseReleased:
 		return "lease_released"
+	case LeaseLost:
+		return "lease_lost"
 	}
 	return "unknown"
 }
@@ -72,6 +82,13 @@ type Event struct {
 	Throttles int
 	// Err is the cause of Failed and Degraded.
 	Err error
+	// Slot is when the task's turn came, on the Redis server's clock, for
+	// Admitted and WaitedInline: the start of the latest slot its rate
+	// rules gave it (for a task that claimed a slot booked earlier, that
+	// slot, even if the task arrived after it). Compare Slots with each
+	// other, not with this process's clock. Zero for a task under
+	// concurrency caps only, and for other events.
+	Slot time.Time
 }
 
 // Observer receives the gate's events. Observe is called synchronously on

@@ -8,8 +8,9 @@ import (
 )
 
 // RetryDelayFunc returns an asynq.RetryDelayFunc that brings a throttled
-// task back at the time its *ThrottledError names and leaves every other
-// error to prev (asynq.DefaultRetryDelayFunc when nil).
+// task back at the time its *ThrottledError names (for one a handler built,
+// RetryAfter from now, at least a second) and leaves every other error to
+// prev (asynq.DefaultRetryDelayFunc when nil).
 //
 // asynq stores a retry time in whole seconds, rounded down; the delay
 // returned aims at the first whole second at or after the named time, so a
@@ -21,7 +22,8 @@ func RetryDelayFunc(prev asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 	return func(n int, err error, task *asynq.Task) time.Duration {
 		var throttled *ThrottledError
 		if errors.As(err, &throttled) {
-			return delayUntil(throttled.until, time.Now())
+			now := time.Now()
+			return delayUntil(throttled.returnAt(now), now)
 		}
 		return prev(n, err, task)
 	}
@@ -45,10 +47,7 @@ func IsFailureFunc(prev func(error) bool) func(error) bool {
 // delayUntil returns the delay that makes asynq, computing now+delay and
 // keeping whole seconds, store the first whole second at or after until.
 func delayUntil(until, now time.Time) time.Duration {
-	target := until.Truncate(time.Second)
-	if target.Before(until) {
-		target = target.Add(time.Second)
-	}
+	target := wholeSecondAtOrAfter(until)
 	// A millisecond of slack: asynq reads its clock a moment after us, and a
 	// later reading can only keep the same whole second.
 	return max(0, target.Sub(now)+time.Millisecond)

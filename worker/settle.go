@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 )
 
 // settle waits, before a task's outcome goes back to asynq, until Redis
@@ -24,7 +26,7 @@ func (t *Throttler) settle(ctx context.Context) {
 	backoff := 20 * time.Millisecond
 	var since time.Time
 	for {
-		err := t.client.Ping(ctx).Err()
+		err := bounded.Call(ctx, func(ctx context.Context) error { return t.client.Ping(ctx).Err() })
 		if err == nil {
 			if !since.IsZero() {
 				t.logger().LogAttrs(ctx, slog.LevelInfo, "worker: redis answers again; handing the task's outcome to asynq",

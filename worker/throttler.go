@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,10 +47,11 @@ const (
 //	WithLogger(l)       slog.Default()   where decisions about tasks are logged
 //	WithSettle(on)      true             outcomes go to asynq once Redis answers
 //
-// Errors wrap ErrInvalidRule.
+// Errors wrap ErrInvalidRule (a rule) or ErrInvalidOption (the client or
+// an option).
 func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidRule)
+	if redisclient.IsNil(client) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
@@ -67,7 +69,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 	cfg := config{inlineWait: DefaultInlineWait, prefix: "throttle:", settle: true}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidRule)
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
 		}
 		if err := opt.apply(&cfg); err != nil {
 			return nil, err
@@ -161,7 +163,7 @@ const DefaultInlineWait = time.Second
 func WithInlineWait(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < 0 {
-			return fmt.Errorf("%w: inline wait must not be negative, got %s", ErrInvalidRule, d)
+			return fmt.Errorf("%w: inline wait must not be negative, got %s", ErrInvalidOption, d)
 		}
 		c.inlineWait = d
 		return nil
@@ -172,7 +174,7 @@ func WithInlineWait(d time.Duration) Option {
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) error {
 		if o == nil {
-			return fmt.Errorf("%w: nil observer", ErrInvalidRule)
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
 		c.observer = o
 		return nil
@@ -184,7 +186,7 @@ func WithObserver(o Observer) Option {
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidRule, prefix)
+			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
 		}
 		c.prefix = prefix
 		return nil

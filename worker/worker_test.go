@@ -11,6 +11,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestNewRejectsBadRules(t *testing.T) {
@@ -39,12 +40,14 @@ func TestNewRejectsBadRules(t *testing.T) {
 		"negative inline": worker.WithInlineWait(-time.Second),
 		"brace prefix":    worker.WithPrefix("a{"),
 	} {
-		if _, err := worker.New(tg.Client, []worker.Rule{good}, opt); !errors.Is(err, worker.ErrInvalidRule) {
-			t.Errorf("option %s: New = %v, want ErrInvalidRule", name, err)
+		if _, err := worker.New(tg.Client, []worker.Rule{good}, opt); !errors.Is(err, worker.ErrInvalidOption) {
+			t.Errorf("option %s: New = %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := worker.New(nil, []worker.Rule{good}); !errors.Is(err, worker.ErrInvalidRule) {
-		t.Errorf("nil client: %v", err)
+	for _, client := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if _, err := worker.New(client, []worker.Rule{good}); !errors.Is(err, worker.ErrInvalidOption) {
+			t.Errorf("New(%T(nil)): %v; want ErrInvalidOption", client, err)
+		}
 	}
 }
 

@@ -77,6 +77,16 @@ func Detached(ctx context.Context, limit time.Duration, fn func(context.Context)
 	}
 }
 
+// Finish runs fn, clean-up whose outcome the caller must know (handing a
+// task over to a copy of itself before the task ends), to its end: under a
+// context that keeps ctx's values but not its cancellation, ending after
+// limit, and waits for it whether or not ctx has ended.
+func Finish(ctx context.Context, limit time.Duration, fn func(context.Context) error) error {
+	detached, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
+	return Call(detached, fn)
+}
+
 // CleanupLimit is how long clean-up run by [Detached] may take after its
 // caller has gone, unless a caller bounds it otherwise: long enough to ride
 // out a Redis failover, short enough that abandoned clean-up never piles up.

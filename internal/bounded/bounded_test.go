@@ -79,3 +79,22 @@ func TestDetachedIsBounded(t *testing.T) {
 		t.Fatalf("Detached: %v; want the answer", err)
 	}
 }
+
+func TestFinishWaitsWhateverTheCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	err := bounded.Finish(ctx, time.Second, func(ctx context.Context) error {
+		time.Sleep(10 * time.Millisecond)
+		ran = ctx.Err() == nil
+		return errAnswer
+	})
+	if !errors.Is(err, errAnswer) || !ran {
+		t.Fatalf("Finish with an ended context: %v, ran with a live context: %v", err, ran)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	if err := bounded.Finish(context.Background(), 20*time.Millisecond, block(release)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Finish on a hung exchange: %v; want DeadlineExceeded at its limit", err)
+	}
+}
