@@ -47,31 +47,53 @@ func TestEndToEnd(t *testing.T) {
 		return l
 	}
 	perTenant := limiter("tenant", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
-	transport, err := httpthrottle.NewTransport(limiter("partner", throttle.GCRA{Rate: throttle.PerSecond(8), Burst: 1}))
+	// The partner's limiter also tells the test its slots, on the Redis
+	// clock.
+	var slotsMu sync.Mutex
+	var partnerSlots []time.Time
+	partnerLimiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(8), Burst: 1},
+		throttle.WithPrefix(tg.Prefix), throttle.WithName("partner"),
+		throttle.WithObserver(throttle.ObserverFunc(func(d throttle.Decision) {
+			collector.ObserveDecision(d)
+			if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {
+				slotsMu.Lock()
+				partnerSlots = append(partnerSlots, d.Slot)
+				slotsMu.Unlock()
+			}
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := httpthrottle.NewTransport(partnerLimiter)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	var mu sync.Mutex
-	var calls []asynqtest.Run
+	var calls []time.Time
 	partner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		calls = append(calls, asynqtest.Run{Key: r.URL.Query().Get("tenant"), At: time.Now()})
+		calls = append(calls, time.Now())
 		mu.Unlock()
 	}))
 	t.Cleanup(partner.Close)
 	httpClient := &http.Client{Transport: transport}
 
+	var seen asynqtest.Events
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("tenant", worker.Pattern("sync:*"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant"))),
-	}, worker.WithObserver(collector))
+	}, worker.WithObserver(worker.ObserverFunc(func(e worker.Event) {
+		collector.Observe(e)
+		seen.Observe(e)
+	})))
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		var p struct{ Tenant string }
 		if err := json.Unmarshal(task.Payload(), &p); err != nil {
 			return err
 		}
-		log.Add(worker.OriginalTaskID(ctx, task), p.Tenant)
+		id, _ := asynq.GetTaskID(ctx)
+		log.AddRun(asynqtest.Run{ID: worker.OriginalTaskID(ctx, task), Key: p.Tenant, TaskID: id})
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, partner.URL+"/sync?tenant="+p.Tenant, nil)
 		if err != nil {
 			return err
@@ -113,14 +135,14 @@ func TestEndToEnd(t *testing.T) {
 		byTenant[r.Key] = append(byTenant[r.Key], r)
 	}
 	// Tenants a and b are decided as their tasks arrive: no second holds
-	// more than the policy. Tenant c's batch was booked ahead: its slots
-	// are spaced at the rate; a task that reaches a worker after its slot
-	// (here: workers busy with a and b) still runs on arrival, so c's
+	// more than the policy, on the Redis clock, and each starts within
+	// StartJitter of its admission. Tenant c's batch was booked ahead: its
+	// slots are spaced at the rate; a task that reaches a worker after its
+	// slot (here: workers busy with a and b) still runs on arrival, so c's
 	// starts are not held to the rate (see RELIABILITY.md).
+	offset := redistest.ClockOffset(t, tg.Client)
 	for _, tenant := range []string{"a", "b"} {
-		if most := asynqtest.MostInAnyWindow(byTenant[tenant], time.Second); most > 6 {
-			t.Errorf("tenant %s: %d tasks within one second; 5/s and a burst of 1 allow 6", tenant, most)
-		}
+		asynqtest.CheckHeld(t, byTenant[tenant], seen.Slots(), offset, time.Second, 6)
 	}
 	for i := 1; i < len(planned); i++ {
 		if gap := planned[i].StartAt.Sub(planned[i-1].StartAt); gap < 199*time.Millisecond {
@@ -132,9 +154,9 @@ func TestEndToEnd(t *testing.T) {
 	if len(calls) != len(ids) {
 		t.Fatalf("the partner got %d calls for %d tasks", len(calls), len(ids))
 	}
-	if most := asynqtest.MostInAnyWindow(calls, time.Second); most > 9 {
-		t.Errorf("the partner got %d calls within one second; 8/s and a burst of 1 allow 9", most)
-	}
+	slotsMu.Lock()
+	asynqtest.CheckArrivals(t, "partner", calls, partnerSlots, offset, time.Second, 9)
+	slotsMu.Unlock()
 
 	// The metrics count what happened: every task through the gate once
 	// (admitted at once, or after an inline wait for the rule "tenant"),
@@ -154,7 +176,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	took := runs[len(runs)-1].At.Sub(runs[0].At)
 	t.Logf("figures: %s: %d tasks (10 paced by the scheduler) in %s; most in any second: partner %d (limit 9), tenants a %d, b %d (limit 6), paced c %d (slots 200ms apart); archived 0, failed 0",
-		tg.Kind, len(ids), took.Round(100*time.Millisecond), asynqtest.MostInAnyWindow(calls, time.Second),
+		tg.Kind, len(ids), took.Round(100*time.Millisecond), asynqtest.MostInAnyTimeWindow(calls, time.Second),
 		asynqtest.MostInAnyWindow(byTenant["a"], time.Second), asynqtest.MostInAnyWindow(byTenant["b"], time.Second),
 		asynqtest.MostInAnyWindow(byTenant["c"], time.Second))
 }

@@ -253,7 +253,7 @@ func micro(d time.Duration) string {
 func serverVersion(ctx context.Context, rdb *redis.Client) (string, error) {
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return "", fmt.Errorf("Redis does not answer: %w", err)
+		return "", fmt.Errorf("the Redis does not answer: %w", err)
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {

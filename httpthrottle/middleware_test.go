@@ -120,7 +120,7 @@ func TestInboundWhenRedisIsDown(t *testing.T) {
 // deadRedis returns a client of a Redis that is not there.
 func deadRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	c := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -2,7 +2,6 @@ package metrics_test
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,13 +129,7 @@ func newConcurrency(t testing.TB, client redis.UniversalClient, prefix string, p
 // fails each command at once.
 func deadClient(t testing.TB) *redis.Client {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { client.Close() })
 	return client
 }

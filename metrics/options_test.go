@@ -12,6 +12,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -104,7 +105,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), c)
+	reg.MustRegister(collectors.NewGoCollector(), c)
 	if err := reg.Register(c); err == nil {
 		t.Fatal("registering the same Collector twice succeeded")
 	}

@@ -54,7 +54,10 @@ func (s *Scheduler) claim(ctx context.Context, c claims, mode string, tick int64
 			mode, s.replica, tick, span.Microseconds(), (recoverWithin + claimLease).Microseconds()).Int64()
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err // n may still be written by a call abandoned at ctx's end
+	}
+	return n, nil
 }
 
 // keepClaim renews the claim on tick every claimRenewal until done is

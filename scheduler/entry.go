@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/robfig/cron/v3"
 )
@@ -116,9 +117,10 @@ func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time
 		s.release(ctx, c, tick.UnixMicro())
 		return
 	}
-	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimRenewal)
-	defer cancel()
-	_, _ = s.claim(finish, c, claimFinish, tick.UnixMicro(), doneKeep(e.schedule, tick))
+	_ = bounded.Finish(ctx, claimRenewal, func(ctx context.Context) error {
+		_, err := s.claim(ctx, c, claimFinish, tick.UnixMicro(), doneKeep(e.schedule, tick))
+		return err
+	})
 }
 
 // produce runs the producer, a panic turned into an error, and enqueues

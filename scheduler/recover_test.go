@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,8 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/scheduler"
 	"github.com/redis/go-redis/v9"
+
+	_ "time/tzdata" // Asia/Kolkata on a machine without a zoneinfo database
 )
 
 // slowBatch is a producer of five tasks emitted one by one, each only when
@@ -206,12 +210,22 @@ func TestADeadReplicasTickIsTakenOver(t *testing.T) {
 
 // TestTicksAreUTCByDefault: a spec without CRON_TZ= ticks in UTC whatever
 // the machine's time zone, so that replicas on machines set to different
-// zones agree on every tick.
+// zones agree on every tick. The zone is the process's, so the test runs
+// itself again in a process whose TZ is Asia/Kolkata (UTC+5:30).
 func TestTicksAreUTCByDefault(t *testing.T) {
+	if os.Getenv("JOBTHROTTLE_TZ_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTicksAreUTCByDefault$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "JOBTHROTTLE_TZ_CHILD=1", "TZ=Asia/Kolkata")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "ticked at 02:00 UTC") {
+			t.Fatalf("the test in a process at UTC+5:30: %v\n%s", err, out)
+		}
+		return
+	}
+	if _, offset := time.Now().Zone(); offset != 5*3600+1800 {
+		t.Fatalf("TZ=Asia/Kolkata gave a zone %d s from UTC", offset)
+	}
 	tg := redistest.New(t)
-	local := time.Local
-	time.Local = time.FixedZone("UTC+5", 5*3600)
-	t.Cleanup(func() { time.Local = local })
 	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -238,8 +252,9 @@ func TestTicksAreUTCByDefault(t *testing.T) {
 		if want := day.Add(2 * time.Hour); !tick.Equal(want) {
 			t.Fatalf("\"0 2 * * *\" ticked at %s; want %s (02:00 UTC)", tick, want)
 		}
+		t.Logf("\"0 2 * * *\" ticked at 02:00 UTC, the machine's zone at UTC+5:30")
 	case <-time.After(10 * time.Second):
-		t.Fatal("\"0 2 * * *\" did not tick at 02:00 UTC with the machine's zone at UTC+5")
+		t.Fatal("\"0 2 * * *\" did not tick at 02:00 UTC with the machine's zone at UTC+5:30")
 	}
 }
 

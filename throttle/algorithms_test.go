@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -119,4 +120,44 @@ func TestMetersAgreeWithEachOther(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSlidingLogLargestRequest: the largest SlidingLog (10,000) takes and
+// gives back a full request exactly; the figures line reports how long one
+// such script held Redis, measured by a PING sent meanwhile from another
+// connection (a SlidingLog of 2,000,000, refused since, held it 3.6–6.1 s).
+func TestSlidingLogLargestRequest(t *testing.T) {
+	tg := redistest.New(t)
+	const limit = 10_000
+	l := newLimiter(t, tg, throttle.SlidingLog{Limit: limit, Window: time.Minute})
+	ctx := context.Background()
+	other := tg.NewClient(t)
+	var pingWorst time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			start := time.Now()
+			_ = other.Ping(ctx).Err()
+			pingWorst = max(pingWorst, time.Since(start))
+		}
+	}()
+	start := time.Now()
+	res, err := l.Reserve(ctx, "bulk", limit, 0)
+	took := time.Since(start)
+	<-done
+	if err != nil || !res.OK {
+		t.Fatalf("Reserve of the whole limit: %+v, %v", res, err)
+	}
+	if r := allowN(t, l, "bulk", 1); r.Allowed {
+		t.Fatalf("one more unit after the whole limit: %+v", r)
+	}
+	if err := res.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := peek(t, l, "bulk"); !r.Allowed || r.Remaining != limit {
+		t.Fatalf("after cancelling the whole limit: %+v; want it all free", r)
+	}
+	t.Logf("figures: %s: a request for 10,000 units of a SlidingLog took %s; a PING from another connection meanwhile, at worst %s",
+		tg.Kind, took.Round(100*time.Microsecond), pingWorst.Round(100*time.Microsecond))
 }

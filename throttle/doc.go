@@ -19,12 +19,14 @@
 // # Choosing an algorithm
 //
 // Memory is MEMORY USAGE on Redis 7.0 for a key with a 9-byte prefix and a
-// 13-byte caller key (see TestMemoryPerKey).
+// 13-byte caller key, from one admission to a full key (see
+// TestMemoryPerKey). A key's size depends on what it holds: a value one
+// digit longer can cross one of the allocator's 16-byte size classes.
 //
 //	Policy         State per key             Accuracy                       Bursts
 //	FixedWindow    1 string, 104 B           exact count per aligned window up to 2×Limit across a boundary
 //	SlidingLog     sorted set, ~40 B/unit    exact in every window          never more than Limit in any window
-//	SlidingWindow  1 string, 104 B           weighted estimate              smoothed; may be off by a few units
+//	SlidingWindow  1 string, 104–120 B       weighted estimate              smoothed; may be off by a few units
 //	TokenBucket    1 integer, 88 B           exact                          Burst at once, then Rate
 //	LeakyBucket    2 integers, 120 B         exact                          Capacity at once, then Rate
 //	GCRA           1 integer, 88 B           exact                          Burst at once, then Rate

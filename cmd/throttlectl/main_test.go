@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -48,12 +47,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// goTool returns the go command that is running the tests.
+// goTool returns the go command on the PATH, or the one of the toolchain
+// that built the tests (GOROOT, as go test sets it).
 func goTool() string {
 	if path, err := exec.LookPath("go"); err == nil {
 		return path
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // cli runs throttlectl against one test's Redis, under its key prefix.

@@ -67,8 +67,8 @@ func newTopScene(t *testing.T, c *cli) topScene {
 			t.Fatal(err)
 		}
 	}
-	if n := len(c.tg.Keys(t)); n != 11 {
-		t.Fatalf("%d keys under the prefix, want 11 (8 states or blocks, a ticket, 2 of others)", n)
+	if n := len(c.tg.Keys(t)); n != 12 {
+		t.Fatalf("%d keys under the prefix, want 12 (8 states or blocks, a ticket and its generation, 2 of others)", n)
 	}
 	return s
 }

@@ -86,7 +86,7 @@ func startDemo(opts options) (*demo, error) {
 	d.rdb = redis.NewClient(&redis.Options{Addr: opts.redisAddr})
 	if err := d.rdb.Ping(context.Background()).Err(); err != nil {
 		d.stop()
-		return nil, fmt.Errorf("Redis at %s: %w", opts.redisAddr, err)
+		return nil, fmt.Errorf("the Redis at %s: %w", opts.redisAddr, err)
 	}
 	d.inspector = asynq.NewInspectorFromRedisClient(d.rdb)
 	d.partner = newPartnerAPI()

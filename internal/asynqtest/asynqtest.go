@@ -108,16 +108,23 @@ type RunLog struct {
 
 // Run is one run of a handler.
 type Run struct {
-	ID  string // the task's original ID
-	Key string
-	At  time.Time
+	ID     string // the task's original ID (see worker.OriginalTaskID)
+	Key    string
+	At     time.Time // when the handler started, on this process's clock
+	TaskID string    // asynq's ID of the message run (a hand-over copy's own)
 }
 
 // Add records a run of the task id under key, now.
-func (l *RunLog) Add(id, key string) {
+func (l *RunLog) Add(id, key string) { l.AddRun(Run{ID: id, Key: key}) }
+
+// AddRun records r, at now unless r.At is set.
+func (l *RunLog) AddRun(r Run) {
+	if r.At.IsZero() {
+		r.At = time.Now()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.runs = append(l.runs, Run{id, key, time.Now()})
+	l.runs = append(l.runs, r)
 }
 
 // Count returns how many runs were recorded.
@@ -142,7 +149,8 @@ func (l *RunLog) Handler(d time.Duration) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		var p struct{ Tenant string }
 		_ = json.Unmarshal(task.Payload(), &p)
-		l.Add(worker.OriginalTaskID(ctx, task), p.Tenant)
+		id, _ := asynq.GetTaskID(ctx)
+		l.AddRun(Run{ID: worker.OriginalTaskID(ctx, task), Key: p.Tenant, TaskID: id})
 		time.Sleep(d)
 		return nil
 	})

@@ -7,9 +7,10 @@ import (
 )
 
 // DeadAddr returns a loopback address nothing listens on: a Redis that is
-// down.
+// down. It quiets go-redis's own logger (see QuietRedisLog).
 func DeadAddr(tb testing.TB) string {
 	tb.Helper()
+	QuietRedisLog()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -20,9 +21,11 @@ func DeadAddr(tb testing.TB) string {
 }
 
 // SilentAddr returns the address of a server that accepts connections and
-// never answers, until the test ends: a Redis that hangs.
+// never answers, until the test ends: a Redis that hangs. It quiets
+// go-redis's own logger (see QuietRedisLog).
 func SilentAddr(tb testing.TB) string {
 	tb.Helper()
+	QuietRedisLog()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

@@ -191,3 +191,24 @@ func (c *Clock) Set(t time.Time) {
 	c.now = t
 	c.m.SetTime(t)
 }
+
+// ClockOffset estimates how far the Redis server's clock is ahead of this
+// process's: TIME, against the middle of its round trip. On one machine
+// (miniredis, or a redis-server on loopback) it is a few microseconds.
+func ClockOffset(tb testing.TB, client redis.UniversalClient) time.Duration {
+	tb.Helper()
+	best := time.Duration(1<<63 - 1)
+	var offset time.Duration
+	for range 5 {
+		sent := time.Now()
+		server, err := client.Time(context.Background()).Result()
+		took := time.Since(sent)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if took < best {
+			best, offset = took, server.Sub(sent.Add(took/2))
+		}
+	}
+	return offset
+}

@@ -44,9 +44,10 @@ type ServerOptions struct {
 }
 
 // StartServer starts a Redis for this test and stops it when the test
-// ends.
+// ends. It quiets go-redis's own logger (see QuietRedisLog).
 func StartServer(tb testing.TB, opts ServerOptions) *Server {
 	tb.Helper()
+	QuietRedisLog() // the test stops and pauses it on purpose
 	s := &Server{dir: tb.TempDir(), aof: opts.AOF}
 	s.bin = os.Getenv("REDIS_SERVER")
 	if s.bin == "" {
