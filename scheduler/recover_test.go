@@ -239,7 +239,7 @@ func TestTicksAreUTCByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	day := time.Now().UTC().Truncate(24 * time.Hour).AddDate(0, 0, 1)
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1)
 	clock := newFakeClock(t, nil, day.Add(2*time.Hour-time.Second), s)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)

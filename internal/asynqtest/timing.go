@@ -1,7 +1,7 @@
 package asynqtest
 
 import (
-		"slices"
+	"slices"
 	"testing"
 	"time"
 
