@@ -131,7 +131,10 @@ func TestAStoppedTicksBatchIsFinishedElsewhere(t *testing.T) {
 	}
 	close(batch.gate) // from now on the producer emits freely
 	clock.Advance(scheduler.RecoverEvery)
-	eventually(t, "the batch finished by the other replica", func() bool { return len(tasksIn(t, inspector, queue)) == 5 })
+	eventually(t, "the batch finished by the other replica", func() bool {
+		_, emitted, _ := batch.snapshot()
+		return emitted[other] == 5
+	})
 	if err := replicas[other].Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +197,10 @@ func TestADeadReplicasTickIsTakenOver(t *testing.T) {
 	// takes the tick over.
 	clock.Advance(scheduler.ClaimLease)
 	clock.Advance(scheduler.RecoverEvery)
-	eventually(t, "the batch finished by the other replica", func() bool { return len(tasksIn(t, inspector, queue)) == 5 })
+	eventually(t, "the batch finished by the other replica", func() bool {
+		_, emitted, _ := batch.snapshot()
+		return emitted[other] == 5
+	})
 	runs, emitted, _ := batch.snapshot()
 	if len(runs) != 2 || runs[1] != other || emitted[other] != 5 {
 		t.Fatalf("runs %v, emitted %v; want %s taking the tick over and producing all 5", runs, emitted, other)
