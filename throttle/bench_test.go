@@ -65,3 +65,44 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkContext measures what watching a caller's context costs a
+// decision: GCRA on 10,000 keys with a context that can never end
+// (context.Background(): the call runs on the caller's goroutine) and with
+// one that can (a request's or a task's: the call runs on a goroutine of
+// its own, so that the caller is answered when the context ends, see
+// internal/bounded), side by side, at 1 and 8 goroutines.
+func BenchmarkContext(b *testing.B) {
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "tenant-" + strconv.Itoa(i)
+	}
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, parallel := range []int{1, 8} {
+		for _, c := range []struct {
+			name string
+			ctx  context.Context
+		}{{"background", context.Background()}, {"cancellable", cancellable}} {
+			b.Run(c.name+"/goroutines-"+strconv.Itoa(parallel), func(b *testing.B) {
+				tg := redistest.New(b)
+				l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1_000_000), Burst: 1_000_000}, throttle.WithPrefix(tg.Prefix))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var next atomic.Int64
+				b.SetParallelism(parallel)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := l.Allow(c.ctx, keys[int(next.Add(1))%len(keys)]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

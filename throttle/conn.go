@@ -65,6 +65,11 @@ func errShortReply(n int) error {
 
 // evalAny runs a script under the timeout and returns its integer reply.
 func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
+	if c.cfg.timeout <= 0 && ctx.Done() == nil {
+		// Nothing to watch: the exchange runs on the caller's goroutine,
+		// without the closure call needs.
+		return runScript(ctx, c.client, script, keys, args)
+	}
 	var r reply
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
