@@ -53,6 +53,22 @@
 // "~1" (then "~2"...), and [OriginalTaskID] gives the original's ID to the
 // handler. Nothing is archived or dropped because of throttling.
 //
+// A handler may return a *ThrottledError of its own, when a limit it
+// learns of itself (a partner's 429) says to come back later: it travels
+// the same way, RetryAfter (at least a second) counting from its return,
+// and a task with no retries left is handed over rather than archived.
+//
+// # Concurrency caps
+//
+// A [Concurrency] rule takes a lease before the handler runs and releases
+// it when the handler returns, however it returns. If the lease is lost
+// while the handler runs (Redis unreachable for a whole lease, or its key
+// reset), another task may take the slot: the handler's context is then
+// cancelled with a cause wrapping throttle.ErrLeaseLost (see
+// context.Cause), the Observer sees a LeaseLost event, and a task whose
+// handler then returns an error goes back to asynq as throttled, not as
+// failed. Handlers that hold a cap should watch their context.
+//
 // # Giving up
 //
 // A rule may stop throttling a task after a number of throttles or a
