@@ -169,3 +169,56 @@ func TestLostLeaseStopsTheHandler(t *testing.T) {
 		t.Fatalf("events %v; want one lease_lost and one rescheduled", seen.ByKind())
 	}
 }
+
+// TestLeasesOutliveAPanickingHandler: a handler that panics, fails or
+// succeeds under a cap of 1 has its lease released each time (asynq
+// recovers the panic): the next task takes the slot at once, not after
+// the lease (a minute) runs out.
+func TestLeasesOutliveAPanickingHandler(t *testing.T) {
+	tg := redistest.New(t)
+	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen asynqtest.Events
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Concurrency("one", worker.AnyTask(), conc, worker.KeyBy(worker.Constant("slot"))),
+	}, worker.WithObserver(&seen))
+	var mu sync.Mutex
+	ran := map[string]int{}
+	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		mu.Lock()
+		ran[task.Type()]++
+		n := ran[task.Type()]
+		mu.Unlock()
+		switch {
+		case task.Type() == "panics" && n == 1:
+			panic("a bug in the handler")
+		case task.Type() == "fails" && n == 1:
+			return errors.New("a failure")
+		}
+		return nil
+	})
+	f := asynqtest.NewFleet(t, tg, 1, 3, th, handler)
+	for _, typ := range []string{"panics", "fails", "succeeds"} {
+		f.Enqueue(t, typ, nil, asynq.MaxRetry(1))
+	}
+	// asynq retries the panicked and the failed task after its own delay;
+	// the three first runs show the slot freed after each.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		firsts := ran["panics"] >= 1 && ran["fails"] >= 1 && ran["succeeds"] >= 1
+		mu.Unlock()
+		if firsts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s the cap of 1 let through %v: a lease was not released", ran)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if taken, released := seen.Count(worker.LeaseTaken), seen.Count(worker.LeaseReleased); taken < 3 || released < 2 {
+		t.Fatalf("leases taken %d, released %d", taken, released)
+	}
+}

@@ -49,27 +49,38 @@ func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 			t.settle(ctx)
 			return err
 		}
-		if len(p.leases) == 0 {
-			err = h.ProcessTask(ctx, at)
-			t.settle(ctx)
-			return t.outcome(ctx, tk, err)
-		}
+		return t.run(ctx, tk, p, h)
+	})
+}
+
+// run runs the handler of an admitted task, with its leases watched, and
+// returns what goes back to asynq. The leases are released however the
+// handler ends, a panic included (asynq recovers it).
+func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler) (err error) {
+	running := ctx
+	lost := func() *held { return nil }
+	if len(p.leases) > 0 {
 		t.observeLeases(tk, p, LeaseTaken)
-		running, lost := t.watchLeases(ctx, tk, p)
-		err = h.ProcessTask(running, at)
-		// Reported before Redis frees the slot, and taken after Redis gave
-		// it: a gauge kept from the events never shows more leases than
-		// Redis holds.
-		t.observeLeases(tk, p, LeaseReleased)
-		p.giveBackLeases(ctx)
-		if l := lost(); l != nil && err != nil {
+		running, lost = t.watchLeases(ctx, tk, p)
+	}
+	defer func() {
+		l := lost()
+		if len(p.leases) > 0 {
+			// Reported before Redis frees the slot, and taken after Redis
+			// gave it: a gauge kept from the events never shows more leases
+			// than Redis holds.
+			t.observeLeases(tk, p, LeaseReleased)
+			p.giveBackLeases(ctx)
+		}
+		if l != nil && err != nil {
 			// The handler was stopped because its slot was no longer its
 			// own: the task is throttled, not failed.
 			err = t.sendBack(ctx, tk, &refusal{rule: l.rule, key: l.key})
 		}
 		t.settle(ctx)
-		return t.outcome(ctx, tk, err)
-	})
+		err = t.outcome(ctx, tk, err)
+	}()
+	return h.ProcessTask(running, tk.Task)
 }
 
 // outcome is what the middleware returns for a handler's err: err itself,
