@@ -70,7 +70,7 @@ func (s *Scheduler) keepClaim(c claims, tick int64, done <-chan struct{}) {
 		select {
 		case <-done:
 			return
-		case <-s.clock.After(claimRenewal):
+		case <-s.clock.At(s.clock.Now().Add(claimRenewal)):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), claimRenewal)
 		ours, err := s.claim(ctx, c, claimRenew, tick, claimLease)
@@ -90,7 +90,7 @@ func (s *Scheduler) recoverTicks(ctx context.Context, e *entry) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clock.After(recoverEvery):
+		case <-s.clock.At(s.clock.Now().Add(recoverEvery)):
 		}
 		for ctx.Err() == nil {
 			oldest := s.clock.Now().Add(-recoverWithin).UnixMicro()

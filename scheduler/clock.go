@@ -7,12 +7,14 @@ import "time"
 // through them.
 type clock interface {
 	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
+	// At returns a channel that receives once the clock has reached t:
+	// an instant, not a duration, so that a wait is not lengthened by the
+	// time between reading the clock and asking.
+	At(t time.Time) <-chan time.Time
 }
 
 // realClock is the process's clock.
 type realClock struct{}
 
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) Now() time.Time                  { return time.Now() }
+func (realClock) At(t time.Time) <-chan time.Time { return time.After(time.Until(t)) }

@@ -9,8 +9,8 @@ import (
 	"github.com/jobthrottle/jobthrottle/scheduler"
 )
 
-// fakeClock is a clock a test moves by hand: After's channels receive when
-// Advance passes their time. With an embedded Redis it moves Redis's clock
+// fakeClock is a clock a test moves by hand: At's channels receive when
+// Advance reaches their time. With an embedded Redis it moves Redis's clock
 // too, so that claims expire as the test's time goes by. Safe for
 // concurrent use.
 type fakeClock struct {
@@ -46,15 +46,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+func (c *fakeClock) At(t time.Time) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	if d <= 0 {
+	if !t.After(c.now) {
 		ch <- c.now
 		return ch
 	}
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	c.waiters = append(c.waiters, fakeWaiter{t, ch})
 	return ch
 }
 

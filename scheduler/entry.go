@@ -75,7 +75,7 @@ func (s *Scheduler) run(ctx context.Context, e *entry) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clock.After(next.Sub(s.clock.Now())):
+		case <-s.clock.At(next):
 		}
 		tick := next
 		next = e.schedule.Next(tick)

@@ -6,7 +6,7 @@ import "time"
 // ticks instead of sleeping through them. Call it before Start.
 func SetClock(s *Scheduler, c interface {
 	Now() time.Time
-	After(d time.Duration) <-chan time.Time
+	At(t time.Time) <-chan time.Time
 }) {
 	s.clock = c
 }

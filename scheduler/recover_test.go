@@ -269,11 +269,16 @@ func TestTicksAreUTCByDefault(t *testing.T) {
 // key per tick for a day; every key the scheduler writes has an expiry.
 func TestFinishedTicksAreForgotten(t *testing.T) {
 	tg := redistest.Embedded(t)
-	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet)
+	var mu sync.Mutex
+	var failures []error
+	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet, scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
+		mu.Lock()
+		failures = append(failures, e)
+		mu.Unlock()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
 	produced := 0
 	err = s.Add("heartbeat", "@every 1s", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
 		mu.Lock()
@@ -296,6 +301,9 @@ func TestFinishedTicksAreForgotten(t *testing.T) {
 		eventually(t, fmt.Sprintf("tick %d finished", i), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
+			if len(failures) > 0 {
+				t.Fatalf("tick %d: %v", i, failures)
+			}
 			if produced < i {
 				return false
 			}
