@@ -27,12 +27,15 @@ func TestSettleWaitsForRedis(t *testing.T) {
 		th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.Type("t"), limiter)},
 			worker.WithLogger(nil), worker.WithSettle(settle))
 		returned := make(chan error, 1)
+		stopped := make(chan struct{})
 		go func() {
 			returned <- th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 				srv.Stop(t) // Redis dies while the task runs
+				close(stopped)
 				return nil
 			})).ProcessTask(context.Background(), asynq.NewTask("t", nil))
 		}()
+		<-stopped // the server is the test's again: Start below may touch it
 		select {
 		case err := <-returned:
 			if settle {
