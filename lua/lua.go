@@ -62,6 +62,17 @@ var LeakyBucket string
 //go:embed gcra.lua
 var GCRA string
 
+// MeterStart is a worker task's start under a TokenBucket or GCRA rule:
+// its capacity, and the instant tasks actually start.
+//
+//go:embed meter_start.lua
+var MeterStart string
+
+// Room is the waiting room of a TokenBucket or GCRA key of the worker.
+//
+//go:embed room.lua
+var Room string
+
 // Concurrency is the concurrency limiter's script: holders of a key kept
 // in a sorted set scored by lease expiry.
 //

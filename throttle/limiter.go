@@ -101,8 +101,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 }
 
 // Reset forgets everything kept for key: its state, giving it full
-// capacity again, its block, and every booking made for it with
-// ReserveFor, which no caller can claim afterwards.
+// capacity again, its block, every booking made for it with ReserveFor,
+// which no caller can claim afterwards, and what package worker keeps
+// beside it (when its tasks started, and the tasks waiting for it).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
@@ -111,7 +112,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		l.denied.forget(key)
 	}
 	state := l.Key(key)
-	return l.del(ctx, state, blockKey(state), state+ticketsSuffix)
+	return l.del(ctx, state, blockKey(state), state+ticketsSuffix,
+		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix)
 }
 
 // BlockFor stops key admitting anything for d, in every process sharing

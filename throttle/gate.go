@@ -1,0 +1,230 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file serves package worker through internal/gate: the strict start
+// of a task under a meter rule, and a meter key's waiting room. Neither is
+// part of the Limiter's own API.
+
+var (
+	meterStartScript = redis.NewScript(lua.Source(lua.MeterStart))
+	roomScript       = redis.NewScript(lua.Source(lua.Room))
+)
+
+// Suffixes of the keys the worker keeps beside a meter key's state, in its
+// Cluster slot: when tasks started, and the waiting room.
+const (
+	startsSuffix  = ":starts"
+	roomSuffix    = ":room"
+	waitersSuffix = ":waiters"
+	flowsSuffix   = ":flows"
+)
+
+// roomLifetime is how long a room's keys outlive their last write.
+const roomLifetime = 24 * time.Hour
+
+func init() {
+	gate.Meter = func(limiter any) bool {
+		l, ok := limiter.(*Limiter)
+		return ok && l.spec.reservable
+	}
+	gate.StartOn = startOn
+	gate.UndoStart = undoStart
+	gate.EnterRoom = enterRoom
+	gate.Release = release
+	gate.LeaveRoom = leaveRoom
+}
+
+// meterOf returns limiter as a meter Limiter.
+func meterOf(limiter any) (*Limiter, error) {
+	l, ok := limiter.(*Limiter)
+	if !ok || !l.spec.reservable {
+		return nil, fmt.Errorf("%w: %T is not a TokenBucket or GCRA limiter", ErrNotSupported, limiter)
+	}
+	return l, nil
+}
+
+// startKeys returns the keys of meter_start.lua for a request.
+func (l *Limiter) startKeys(key string, held int, ticket string) []string {
+	state := l.Key(key)
+	keys := []string{state, state + startsSuffix}
+	switch held {
+	case gate.HeldByTicket:
+		keys = append(keys, ticketKey(state, ticket), state+ticketsSuffix)
+	case gate.HeldByRoom:
+		keys = append(keys, state+waitersSuffix, state+roomSuffix)
+	}
+	return keys
+}
+
+// meterArgs returns n and the policy's parameters as script arguments.
+func (l *Limiter) meterArgs(n int) []any {
+	return append([]any{boxedN(n)}, l.spec.args...) // burst, num, den
+}
+
+func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Start, error) {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return gate.Start{}, err
+	}
+	if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+		return gate.Start{}, err
+	}
+	args := append([]any{"0"}, l.meterArgs(req.N)...)
+	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(l.ticks(req.NotBefore)), itoa(l.ticks(req.MaxWait)))
+	values, err := l.evalValues(ctx, meterStartScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
+	if err != nil {
+		return gate.Start{}, l.unavailable(ctx, err)
+	}
+	if len(values) < 8 {
+		return gate.Start{}, l.unavailable(ctx, fmt.Errorf("meter_start.lua returned %d values, want 8", len(values)))
+	}
+	ints := make([]int64, 7)
+	for i := range ints {
+		if ints[i], err = asInt(values[i]); err != nil {
+			return gate.Start{}, l.unavailable(ctx, err)
+		}
+	}
+	release, _ := values[7].(string)
+	s := gate.Start{Status: int(ints[0]), Wait: micros(ints[1])}
+	if s.Status == gate.Admitted {
+		s.At = time.UnixMicro(ints[6] + ints[1])
+		s.Undo = []string{itoa(ints[2]), itoa(ints[3]), itoa(ints[4]), itoa(ints[5]), release}
+	}
+	return s, nil
+}
+
+func undoStart(ctx context.Context, limiter any, key string, n int, held int, waiter string, s gate.Start) error {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return err
+	}
+	if s.Status != gate.Admitted || len(s.Undo) != 5 {
+		return nil
+	}
+	args := append([]any{"1"}, l.meterArgs(n)...)
+	args = append(args, strconv.Itoa(held), waiter, s.Undo[0], s.Undo[1], s.Undo[2], s.Undo[3], s.Undo[4])
+	err = l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.evalValues(ctx, meterStartScript, l.startKeys(key, held, waiter), args)
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
+}
+
+// roomKeys returns the keys of room.lua for a meter key.
+func (l *Limiter) roomKeys(key string) []string {
+	state := l.Key(key)
+	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix}
+}
+
+func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight int, eligible time.Time, payload string) (int, error) {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case key == "" || waiter == "" || flow == "":
+		return 0, fmt.Errorf("%w: a room needs a key, a waiter and a flow", ErrInvalidKey)
+	case weight < 1:
+		return 0, fmt.Errorf("%w: a flow's weight must be at least 1, got %d", ErrInvalidN, weight)
+	}
+	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(eligible.UnixMicro()), payload, itoa(roomLifetime.Microseconds())}
+	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
+	if err != nil {
+		return 0, l.unavailable(ctx, err)
+	}
+	size, err := asInt(values[0])
+	if err != nil {
+		return 0, l.unavailable(ctx, err)
+	}
+	return int(size), nil
+}
+
+func release(ctx context.Context, limiter any, key string, n int, lead time.Duration) (gate.Released, error) {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return gate.Released{}, err
+	}
+	args := append([]any{"1"}, l.meterArgs(n)...)
+	args = append(args, itoa(l.ticks(lead)), itoa(roomLifetime.Microseconds()))
+	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
+	if err != nil {
+		return gate.Released{}, l.unavailable(ctx, err)
+	}
+	ok, err := asInt(values[0])
+	if err != nil {
+		return gate.Released{}, l.unavailable(ctx, err)
+	}
+	if ok == 0 {
+		due, err := asInt(values[1])
+		if err != nil {
+			return gate.Released{}, l.unavailable(ctx, err)
+		}
+		var r gate.Released
+		if due > 0 {
+			r.Due = time.UnixMicro(due)
+		}
+		return r, nil
+	}
+	if len(values) < 5 {
+		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua returned %d values for a release, want 5", len(values)))
+	}
+	waiter, _ := values[1].(string)
+	payload, _ := values[2].(string)
+	delay, err := asInt(values[3])
+	if err != nil {
+		return gate.Released{}, l.unavailable(ctx, err)
+	}
+	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Delay: micros(delay)}, nil
+}
+
+func leaveRoom(ctx context.Context, limiter any, key, waiter string) error {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return err
+	}
+	err = l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), []any{"2", waiter})
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
+}
+
+// evalValues runs a script under the timeout and returns its reply as it
+// came, for scripts that answer with strings too.
+func (c *conn) evalValues(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+	var values []any
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		values, err = script.Run(ctx, c.client, keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return nil, err // values may still be written by a detached call
+	}
+	return values, nil
+}
+
+// asInt reads an integer of a script's reply.
+func asInt(v any) (int64, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("script returned %T, want an integer", v)
+	}
+	return n, nil
+}
