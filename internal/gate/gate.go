@@ -13,9 +13,9 @@ import (
 
 // Where a task's capacity of the planned meter is held.
 const (
-	HeldNowhere = iota // a fresh task: the meter must have room now
-	HeldByTicket       // booked ahead with Reserve, by ticket
-	HeldByRoom         // released from the key's waiting room
+	HeldNowhere  = iota // a fresh task: the meter must have room now
+	HeldByTicket        // booked ahead with Reserve, by ticket
+	HeldByRoom          // released from the key's waiting room
 )
 
 // StartRequest asks a meter limiter to start a task on a key.
