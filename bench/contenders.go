@@ -65,7 +65,7 @@ func contenders(rdb redis.UniversalClient, prefix string) ([]contender, error) {
 		{"LeakyBucket", throttle.LeakyBucket{Rate: throttle.PerSecond(huge), Capacity: huge}, nil},
 		{"FixedWindow", throttle.FixedWindow{Limit: huge * 1000, Window: time.Second}, nil},
 		{"SlidingWindow", throttle.SlidingWindow{Limit: huge * 1000, Window: time.Second}, nil},
-		{"SlidingLog", throttle.SlidingLog{Limit: huge, Window: 100 * time.Millisecond}, nil},
+		{"SlidingLog", throttle.SlidingLog{Limit: 10_000, Window: 10 * time.Millisecond}, nil}, // the largest log a key may hold
 		{"GCRA, no coalescing", throttle.GCRA{Rate: throttle.PerSecond(huge), Burst: huge}, []throttle.Option{alone}},
 		{"TokenBucket, no coalescing", throttle.TokenBucket{Rate: throttle.PerSecond(huge), Burst: huge}, []throttle.Option{alone}},
 	} {
