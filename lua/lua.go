@@ -68,10 +68,22 @@ var GCRA string
 //go:embed meter_start.lua
 var MeterStart string
 
+// MeterClaim is the start of a worker task that waits in a room, under a
+// TokenBucket or GCRA rule: at a slot the meter admits, or not at all.
+//
+//go:embed meter_claim.lua
+var MeterClaim string
+
 // Room is the waiting room of a TokenBucket or GCRA key of the worker.
 //
 //go:embed room.lua
 var Room string
+
+// Lane is the worker's return lane: a task sent back is moved to the head
+// of its asynq queue at its turn.
+//
+//go:embed lane.lua
+var Lane string
 
 // Concurrency is the concurrency limiter's script: holders of a key kept
 // in a sorted set scored by lease expiry.

@@ -11,6 +11,8 @@
 --          it)
 -- KEYS[3]  reserve with a ticket: the generation of the key's tickets (see
 --          common.lua)
+-- KEYS[4]  reserve at an instant (ARGV[9]): the starts instant of the key
+--          (see meter_start.lua), which the booking comes after too
 -- ARGV[1]  mode: 2 reserve n units, 3 cancel a reservation of n units,
 --          4 block the key
 -- ARGV[2]  n, units (1 <= n <= burst, checked by the caller)
@@ -24,6 +26,8 @@
 --          may still be claimed, in ticks; cancel: the end instant's
 --          remainder, in ticks
 -- ARGV[8]  reserve: the soonest a new booking may start, in ticks from now
+-- ARGV[9]  reserve: the soonest a new booking may start, as a Unix instant
+--          in us (0: none); the longest wait (ARGV[6]) then counts from it
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
 --          and three more values follow: its end instant (us, ticks) and 1
@@ -40,8 +44,15 @@ local tolerance = burst * per_unit
 local cost = n * per_unit
 
 if mode == MODE_RESERVE then
+  local max_wait, not_before = tonumber(ARGV[6]), tonumber(ARGV[8])
+  local at = tonumber(ARGV[9]) or 0
+  if at > 0 then
+    debt = math.max(debt, ticks_until(KEYS[4], now, den))
+    local from = math.max(0, (at - now) * den)
+    not_before, max_wait = math.max(not_before, from), max_wait + from
+  end
   return reserve(KEYS[1], KEYS[2], KEYS[3], now, debt, cost, tolerance, per_unit, den,
-    tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
+    max_wait, tonumber(ARGV[7]), not_before)
 elseif mode == MODE_CANCEL then
   return cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, tonumber(ARGV[6]), tonumber(ARGV[7]))
 elseif mode == MODE_BLOCK then

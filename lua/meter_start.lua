@@ -4,50 +4,53 @@
 -- A meter used by the worker keeps two instants per key. The planned one is
 -- the limiter's own state, which Allow and Reserve use: the capacity spoken
 -- for, now or ahead for tasks that wait (booked with a ticket, see
--- common.lua, or released from the key's waiting room, see room.lua). The
--- starts one records when tasks actually start. A start is admitted when
--- the task holds capacity of the planned meter (a booking, or a release) or
--- the planned meter has room for it now, and the starts meter admits it
--- within max_wait: the start is reserved there, at now + wait. So starts
--- stay spaced at the rate however late a task with a booking arrives, and
--- a late task starts in the gap it left instead of waiting again.
+-- common.lua; tasks that wait in a room use meter_claim.lua). The starts one
+-- records when tasks actually start. A start is admitted when the task
+-- holds a booking or the planned meter has room for it, and the starts
+-- meter admits it within max_wait: the start is reserved there, at now +
+-- wait. So starts stay spaced at the rate however late (or early) a task
+-- with a booking arrives, and a late task starts in the gap it left
+-- instead of waiting again.
 --
 -- KEYS[1]  the planned instant (see common.lua)
 -- KEYS[2]  the starts instant, the same form
--- KEYS[3]  booked by ticket: the ticket; by room: the room's waiters (see
---          room.lua); or absent
--- KEYS[4]  by ticket: the generation of the key's tickets; by room: the
---          room; or absent
+-- KEYS[3]  the key's block (see block.lua): no start comes while it holds,
+--          whatever the task holds
+-- KEYS[4]  by ticket: the ticket; or absent
+-- KEYS[5]  by ticket: the generation of the key's tickets; or absent
 -- ARGV[1]  mode: 0 start, 1 undo a start
 -- ARGV[2]  n, units (1 <= n <= burst, checked by the caller)
 -- ARGV[3]  burst
 -- ARGV[4]  num } one unit is num/den microseconds of the rate, the fraction
 -- ARGV[5]  den }   in lowest terms
--- ARGV[6]  where a booking is: 0 none, 1 a ticket, 2 the room
--- ARGV[7]  by room: the waiter's ID
--- ARGV[8]  start: the soonest the start may be, in ticks from now
---          undo: the planned end instant the start returned (us; 0: none)
--- ARGV[9]  start: the longest the caller waits for its start, in ticks
---          undo: the planned end's remainder, in ticks
--- ARGV[10] undo: the starts end instant the start returned (us)
--- ARGV[11] undo: its remainder, in ticks
--- ARGV[12] undo, by room: the release the start used, to put back ("" for
---          none)
+-- ARGV[6]  where a booking is: 0 none, 1 a ticket
+-- ARGV[7]  unused
+-- start:   ARGV[8] the soonest the start may be, in ticks from now
+--          ARGV[9] the longest the caller waits for its start, in ticks
+--          ARGV[10] by ticket: the longest delay to book a slot ahead when
+--            the task holds none and the meter has no room now, in ticks
+--            (0: book nothing); otherwise: the longest the planned meter
+--            may keep a task that holds nothing waiting, in ticks
+--          ARGV[11] by ticket: the booking's grace (see common.lua), ticks
+-- undo:    ARGV[8], ARGV[9] the planned end instant the start returned (us,
+--            ticks; 0: none), ARGV[10], ARGV[11] the starts end instant
 -- Returns  {status, wait_us, planned_end_us, planned_end_ticks,
---          starts_end_us, starts_end_ticks, now_us, release}
+--          starts_end_us, starts_end_ticks, now_us}
 --          status 1: admitted, to start after wait_us; the ends (planned
---            0, 0 for a task that held capacity) and the release used
---            ("" for none) are what undo needs
+--            0, 0 for a task that held capacity) are what undo needs
 --          status 0: the task holds no capacity, and the planned meter has
---            none now, or (by room) others wait in the room: wait_us is
---            when the meter would have room (0 for the room's turn)
+--            none within the caller's wait: wait_us is when it would have
 --          status 2: the starts meter admits the start only after wait_us,
 --            longer than the caller waits
+--          status 3: booked (ARGV[10]): the task's slot comes after wait_us,
+--            longer than the caller waits; it holds it by its ticket
+--          status 4: not booked: a slot would come only after wait_us more
+--            than the longest delay to book
 --          undo: status 1 when anything was given back
 
 local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, per_unit, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local source, waiter = tonumber(ARGV[6]), ARGV[7]
+local source = tonumber(ARGV[6])
 local now = server_now()
 local tolerance = burst * per_unit
 local cost = n * per_unit
@@ -61,47 +64,56 @@ if mode == 1 then
     back = back + cancel(KEYS[1], nil, now, planned_debt, cost, tolerance, per_unit, den, planned_end, tonumber(ARGV[9]))[1]
   end
   back = back + cancel(KEYS[2], nil, now, starts_debt, cost, tolerance, per_unit, den, tonumber(ARGV[10]), tonumber(ARGV[11]))[1]
-  if source == 2 and ARGV[12] ~= '' then
-    redis.call('HSET', KEYS[3], waiter, ARGV[12])
-  end
-  return {math.min(back, 1), 0, 0, 0, 0, 0, now, ''}
+  return {math.min(back, 1), 0, 0, 0, 0, 0, now}
 end
 
 local not_before, max_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
 
--- Does the task hold planned capacity already?
+-- Does the task hold planned capacity already? A ticket counts while its
+-- generation is the key's current one (Reset forgets them all) and its
+-- grace has not run out.
 local held = false
-local release = ''
 if source == 1 then
-  -- A ticket counts while its generation is the key's current one (Reset
-  -- forgets them all) and its grace has not run out.
-  local ticket = load_state(KEYS[3])
-  local generation = tonumber(redis.call('GET', KEYS[4]))
+  local ticket = load_state(KEYS[4])
+  local generation = tonumber(redis.call('GET', KEYS[5]))
   if ticket and ticket[4] == generation then
     local wait = (ticket[1] - now) * den + ticket[2] - tolerance
     held = wait + (ticket[3] or 0) >= 0
   end
-elseif source == 2 then
-  local info = redis.call('HGET', KEYS[3], waiter)
-  if info and string.sub(info, 1, 1) == '=' then
-    held, release = true, info
-  elseif info or redis.call('ZCARD', KEYS[4]) > 0 then
-    -- Others wait for this key (or the task itself does): its turn comes
-    -- from the room.
-    return {0, 0, 0, 0, 0, 0, now, ''}
-  end
 end
 
 if not held and planned_debt + cost > tolerance then
-  return {0, ceil_div(planned_debt + cost - tolerance, den), 0, 0, 0, 0, now, ''}
+  local room_in = planned_debt + cost - tolerance -- ticks until the meter has room
+  local ahead = tonumber(ARGV[10]) or 0
+  if source == 1 and ahead > 0 then
+    -- Book the task's slot ahead, by its ticket; start at it when the
+    -- caller waits that long, or else tell it when to come back.
+    if room_in > ahead then
+      return {4, ceil_div(room_in - ahead, den), 0, 0, 0, 0, now}
+    end
+    local booking = reserve(KEYS[1], KEYS[4], KEYS[5], now, planned_debt, cost, tolerance, per_unit, den,
+      ahead, tonumber(ARGV[11]), 0)
+    local slot = booking[3] * den
+    if slot > max_wait then
+      return {3, ceil_div(slot, den), 0, 0, 0, 0, now}
+    end
+    held = true
+    not_before = math.max(not_before, slot)
+  elseif room_in > math.min(max_wait, ahead) then
+    return {0, ceil_div(room_in, den), 0, 0, 0, 0, now}
+  else
+    -- Room soon enough: the unit is taken now, to start when it conforms.
+    not_before = math.max(not_before, room_in)
+  end
 end
 
 -- The start comes when the starts meter admits the units, and no sooner
--- than not_before; it moves the meter's instant as a unit started then
--- would (a start on a meter with room keeps the rest of its burst).
-local wait = math.max(starts_debt + cost - tolerance, not_before, 0)
+-- than not_before, nor while the key is blocked; it moves the meter's
+-- instant as a unit started then would (a start on a meter with room keeps
+-- the rest of its burst).
+local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now) * den, 0)
 if wait > max_wait then
-  return {2, ceil_div(wait, den), 0, 0, 0, 0, now, ''}
+  return {2, ceil_div(wait, den), 0, 0, 0, 0, now}
 end
 
 local planned_us, planned_ticks = 0, 0
@@ -110,10 +122,7 @@ if not held then
   store_instant(KEYS[1], now, planned_debt, den)
   planned_us, planned_ticks = instant_after(now, planned_debt, den)
 end
-if release ~= '' then
-  redis.call('HDEL', KEYS[3], waiter) -- used
-end
 starts_debt = math.max(starts_debt, wait) + cost
 store_instant(KEYS[2], now, starts_debt, den)
 local starts_us, starts_ticks = instant_after(now, starts_debt, den)
-return {1, ceil_div(wait, den), planned_us, planned_ticks, starts_us, starts_ticks, now, release}
+return {1, ceil_div(wait, den), planned_us, planned_ticks, starts_us, starts_ticks, now}

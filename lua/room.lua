@@ -1,37 +1,56 @@
 -- room.lua: the waiting room of one meter key (TokenBucket or GCRA) of the
 -- worker: tasks that could not start wait here, out of asynq's way, and are
 -- released one by one, each with the capacity for its start reserved, as
--- the meter's rate allows. Releases go in start-time fair queueing order
--- over the waiters' flows (a flow is what a rule shares its limit by, such
--- as a tenant; a room whose rule shares by nothing has one flow, so it is
--- first come, first served): each waiter gets a start tag
--- S = max(V, F(flow)) when it enters, its flow's finish tag becomes
--- F(flow) = S + scale / weight, and the waiter with the lowest tag goes
--- first, V becoming its tag. A heavy flow that entered first does not hold
--- back a newcomer, whose first waiter is tagged V.
+-- the meter's rate allows.
+--
+-- Releases go in start-time fair queueing order over the waiters' flows (a
+-- flow is what a rule shares its limit by, such as a tenant): each waiter
+-- gets a start tag S = max(V, F(flow)) when it enters, its flow's finish
+-- tag becomes F(flow) = S + scale / weight, and the waiter with the lowest
+-- tag goes first, V becoming its tag. A heavy flow that entered first does
+-- not hold back a newcomer, whose first waiter is tagged V. In a room that
+-- shares by nothing, a waiter's tag is its order of entry: first come,
+-- first served. A flow may be held back until an instant (another limit
+-- of its own has no room before): its waiters are passed over till then.
 --
 -- KEYS[1]  the planned instant of the meter key (see common.lua)
 -- KEYS[2]  the room: sorted set of waiter IDs by start tag
--- KEYS[3]  the waiters: hash of waiter ID -> "<eligible us>|<payload>"
---          while waiting, "=<end us>:<end ticks>|<payload>" once released
---          (the capacity of its start reserved, up to the instant given,
---          for meter_start.lua to find)
--- KEYS[4]  the flows: hash of flow -> finish tag; field "" holds V
--- ARGV[1]  mode: 0 enter, 1 release, 2 leave
--- enter:   ARGV[2] waiter ID, ARGV[3] flow, ARGV[4] weight (>= 1),
---          ARGV[5] eligible: the soonest it may start, Unix us,
---          ARGV[6] payload (opaque to the script, no '|'), ARGV[7] how long
---          the room's keys outlive their last write, us
+-- KEYS[3]  the waiters: hash of waiter ID ->
+--          "<eligible us>|<tag>|<flow length>|<flow><payload>" while waiting
+--          (the tag is kept here too: a sorted set's score comes back
+--          written as a float, which not every Lua reads back),
+--          "=<end us>:<end ticks>:<slot us>|..." once released (the
+--          capacity of its start reserved, up to that instant, for
+--          meter_start.lua, its slot at <slot us>)
+-- KEYS[4]  the flows: hash of flow -> finish tag; field "" holds V and
+--          field "#" the last order of entry
+-- KEYS[5]  the flows held back: hash of flow -> until when (Unix us)
+-- KEYS[6]  release: the starts instant of the meter key (see
+--          meter_start.lua): a start that came late holds back the releases
+--          after it, rather than every start after it
+-- ARGV[1]  mode: 0 enter, 1 release, 2 leave, 3 put a release back
+-- enter:   ARGV[2] waiter ID, ARGV[3] flow (non-empty), ARGV[4] weight
+--          (>= 1; 0: first come, first served), ARGV[5] the soonest it
+--          may start, in us from now, ARGV[6] payload (opaque),
+--          ARGV[7] how long the room's keys outlive their last write, us
 --          Returns {waiters in the room, 1 if it entered now (0: it was
 --          there, or is released), now_us}
 -- release: ARGV[2] n, ARGV[3] burst, ARGV[4] num, ARGV[5] den (the meter),
 --          ARGV[6] lead: how long before its start a waiter is released,
 --          in ticks, ARGV[7] keys' lifetime, us
---          Returns {1, waiter ID, payload, start delay us, now_us} for a
---          waiter released; {0, due_us, now_us} otherwise, due_us the
---          instant to try again (0: the room is empty)
+--          Returns {1, waiter ID, payload, start delay us, tag, end us,
+--          end ticks, flow, now_us} for a waiter released; {0, due_us,
+--          now_us} otherwise, due_us the instant to try again (0: the room
+--          is empty)
 -- leave:   ARGV[2] waiter ID: removes a waiter, or a release nobody came
 --          for. Returns {1 if it was there, now_us}
+-- put back: ARGV[2] waiter ID, ARGV[3] unused, ARGV[4], ARGV[5] the end
+--          of its release (us, ticks), ARGV[6] n, ARGV[7] burst, ARGV[8]
+--          num, ARGV[9] den, ARGV[10] hold its flow back until (Unix us; 0:
+--          no), ARGV[11] keys' lifetime. The release's capacity is given
+--          back as far as nothing later stands on it (see common.lua's
+--          cancel), and the waiter waits again with its tag. Returns
+--          {1, now_us}
 
 local SCALE = 1000000 -- a tag's unit: weights divide it
 local SCAN = 64       -- waiters looked at per release for an eligible one
@@ -41,23 +60,40 @@ local now = server_now()
 
 -- keep renews the expiry of the room's keys.
 local function keep(lifetime)
-  for i = 2, 4 do
+  for i = 2, 5 do
     redis.call('PEXPIRE', KEYS[i], ttl_ms(lifetime))
   end
 end
 
+-- parse splits a waiting waiter's info into eligible, flow, payload and
+-- tag.
+local function parse(info)
+  local bar = string.find(info, '|', 1, true)
+  local eligible = tonumber(string.sub(info, 1, bar - 1))
+  local bar2 = string.find(info, '|', bar + 1, true)
+  local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
+  local bar3 = string.find(info, '|', bar2 + 1, true)
+  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local flow = string.sub(info, bar3 + 1, bar3 + length)
+  return eligible, flow, string.sub(info, bar3 + length + 1), tag
+end
+
 if mode == 0 then
   local id, flow, weight = ARGV[2], ARGV[3], tonumber(ARGV[4])
-  local existing = redis.call('HGET', KEYS[3], id)
-  if existing then
+  if redis.call('HEXISTS', KEYS[3], id) == 1 then
     return {redis.call('ZCARD', KEYS[2]), 0, now}
   end
-  local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
-  local finish = tonumber(redis.call('HGET', KEYS[4], flow)) or 0
-  local tag = math.max(v, finish)
-  redis.call('HSET', KEYS[4], flow, int(tag + math.max(1, floor_div(SCALE, weight))))
+  local tag
+  if weight == 0 then
+    tag = redis.call('HINCRBY', KEYS[4], '#', 1)
+  else
+    local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
+    local finish = tonumber(redis.call('HGET', KEYS[4], flow)) or 0
+    tag = math.max(v, finish)
+    redis.call('HSET', KEYS[4], flow, int(tag + math.max(1, floor_div(SCALE, weight))))
+  end
   redis.call('ZADD', KEYS[2], int(tag), id)
-  redis.call('HSET', KEYS[3], id, ARGV[5] .. '|' .. ARGV[6])
+  redis.call('HSET', KEYS[3], id, int(now + tonumber(ARGV[5])) .. '|' .. int(tag) .. '|' .. int(#flow) .. '|' .. flow .. ARGV[6])
   keep(tonumber(ARGV[7]))
   return {redis.call('ZCARD', KEYS[2]), 1, now}
 end
@@ -68,12 +104,34 @@ if mode == 2 then
   return {redis.call('HDEL', KEYS[3], id), now}
 end
 
+if mode == 3 then
+  local id = ARGV[2]
+  local info = redis.call('HGET', KEYS[3], id)
+  if not info or string.sub(info, 1, 1) ~= '=' then
+    return {0, now} -- used meanwhile, or gone
+  end
+  local n, burst, per_unit, den = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  local debt = ticks_until(KEYS[1], now, den)
+  cancel(KEYS[1], nil, now, debt, n * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
+  -- The waiting form is kept after the release's end: "=<end>|<waiting>".
+  local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
+  local _, flow, _, tag = parse(waiting)
+  redis.call('HSET', KEYS[3], id, waiting)
+  redis.call('ZADD', KEYS[2], int(tag), id)
+  local until_us = tonumber(ARGV[10])
+  if until_us > now then
+    redis.call('HSET', KEYS[5], flow, int(until_us))
+  end
+  keep(tonumber(ARGV[11]))
+  return {1, now}
+end
+
 -- release
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local debt = ticks_until(KEYS[1], now, den)
+local debt = math.max(ticks_until(KEYS[1], now, den), ticks_until(KEYS[6], now, den))
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then
@@ -83,37 +141,50 @@ if wait > lead then
   return {0, now + ceil_div(wait - lead, den), now}
 end
 local start = math.max(wait, 0)
-local horizon = now + ceil_div(start + lead, den) -- eligible by then
-local soonest = 0
-local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1, 'WITHSCORES')
-for i = 1, #waiters, 2 do
+local slot_at = now + ceil_div(start, den) -- the meter's next start
+
+-- release lets a waiter out with its start at start ticks from now.
+local function release(id, info, flow, payload, tag)
+  debt = math.max(debt, start) + cost
+  store_instant(KEYS[1], now, debt, den)
+  local end_us, end_ticks = instant_after(now, debt, den)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
+  local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
+  redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
+  keep(tonumber(ARGV[7]))
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now}
+end
+
+-- The first waiter in tag order that may start at the meter's next start
+-- goes; when none may, the one that may start soonest goes at its time, if
+-- that is within the lead (the capacity before it has no taker).
+local soonest, first = 0, nil
+local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
+for i = 1, #waiters do
   local id = waiters[i]
   local info = redis.call('HGET', KEYS[3], id)
   if not info or string.sub(info, 1, 1) == '=' then
     redis.call('ZREM', KEYS[2], id) -- left, expired, or released
   else
-    local bar = string.find(info, '|', 1, true)
-    local eligible = tonumber(string.sub(info, 1, bar - 1)) -- nil once released
-    if eligible <= horizon then
-      local payload = string.sub(info, bar + 1)
-      -- Reserve its start: the meter's instant moves as a unit started
-      -- then would move it.
-      if eligible > now then
-        start = math.max(start, (eligible - now) * den)
-      end
-      debt = math.max(debt, start) + cost
-      store_instant(KEYS[1], now, debt, den)
-      local end_us, end_ticks = instant_after(now, debt, den)
-      redis.call('ZREM', KEYS[2], id)
-      redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. '|' .. payload)
-      redis.call('HSET', KEYS[4], '', waiters[i + 1])
-      keep(tonumber(ARGV[7]))
-      return {1, id, payload, ceil_div(start, den), now}
+    local eligible, flow, payload, tag = parse(info)
+    local held_back = tonumber(redis.call('HGET', KEYS[5], flow)) or 0
+    if held_back > now then
+      eligible = math.max(eligible, held_back)
+    elseif held_back > 0 then
+      redis.call('HDEL', KEYS[5], flow)
+    end
+    if eligible <= slot_at then
+      return release(id, info, flow, payload, tag)
     end
     if soonest == 0 or eligible < soonest then
-      soonest = eligible
+      soonest, first = eligible, {id, info, flow, payload, tag}
     end
   end
+end
+if first and soonest <= now + ceil_div(lead, den) then
+  start = math.max(start, (soonest - now) * den)
+  return release(first[1], first[2], first[3], first[4], first[5])
 end
 if soonest == 0 then
   if redis.call('ZCARD', KEYS[2]) == 0 then

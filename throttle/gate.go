@@ -17,6 +17,7 @@ import (
 
 var (
 	meterStartScript = redis.NewScript(lua.Source(lua.MeterStart))
+	meterClaimScript = redis.NewScript(lua.Source(lua.MeterClaim))
 	roomScript       = redis.NewScript(lua.Source(lua.Room))
 )
 
@@ -27,6 +28,7 @@ const (
 	roomSuffix    = ":room"
 	waitersSuffix = ":waiters"
 	flowsSuffix   = ":flows"
+	heldSuffix    = ":held"
 )
 
 // roomLifetime is how long a room's keys outlive their last write.
@@ -39,9 +41,36 @@ func init() {
 	}
 	gate.StartOn = startOn
 	gate.UndoStart = undoStart
+	gate.ClaimStart = claim
+	gate.UndoClaim = undoClaim
 	gate.EnterRoom = enterRoom
 	gate.Release = release
 	gate.LeaveRoom = leaveRoom
+	gate.PutBack = putBack
+	gate.BookAt = func(ctx context.Context, limiter any, key, ticket string, n int, at time.Time, slack, grace time.Duration) (gate.Booking, error) {
+		l, err := meterOf(limiter)
+		if err != nil {
+			return gate.Booking{}, err
+		}
+		res, err := l.book(ctx, key, Ticket{ID: ticket, Grace: grace, at: at.UnixMicro()}, n, slack)
+		if err != nil {
+			return gate.Booking{}, err
+		}
+		b := gate.Booking{OK: res.OK, RetryAfter: res.RetryAfter, Cancel: res.Cancel}
+		if res.OK {
+			b.Slot = res.Slot
+		}
+		return b, nil
+	}
+	gate.ClientOf = func(limiter any) any {
+		switch l := limiter.(type) {
+		case *Limiter:
+			return l.client
+		case *ConcurrencyLimiter:
+			return l.client
+		}
+		return nil
+	}
 }
 
 // meterOf returns limiter as a meter Limiter.
@@ -56,7 +85,7 @@ func meterOf(limiter any) (*Limiter, error) {
 // startKeys returns the keys of meter_start.lua for a request.
 func (l *Limiter) startKeys(key string, held int, ticket string) []string {
 	state := l.Key(key)
-	keys := []string{state, state + startsSuffix}
+	keys := []string{state, state + startsSuffix, blockKey(state)}
 	switch held {
 	case gate.HeldByTicket:
 		keys = append(keys, ticketKey(state, ticket), state+ticketsSuffix)
@@ -79,14 +108,18 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
 		return gate.Start{}, err
 	}
+	if req.Held == gate.HeldByRoom {
+		return gate.Start{}, fmt.Errorf("%w: a start from a room is claimed (gate.ClaimStart)", ErrNotSupported)
+	}
 	args := append([]any{"0"}, l.meterArgs(req.N)...)
-	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(l.ticks(req.NotBefore)), itoa(l.ticks(req.MaxWait)))
+	args = append(args, strconv.Itoa(req.Held), "", itoa(l.ticks(req.NotBefore)), itoa(l.ticks(req.MaxWait)),
+		itoa(l.ticks(req.BookAhead)), itoa(l.ticks(req.Grace)))
 	values, err := l.evalValues(ctx, meterStartScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
 	if err != nil {
 		return gate.Start{}, l.unavailable(ctx, err)
 	}
-	if len(values) < 8 {
-		return gate.Start{}, l.unavailable(ctx, fmt.Errorf("meter_start.lua returned %d values, want 8", len(values)))
+	if len(values) < 7 {
+		return gate.Start{}, l.unavailable(ctx, fmt.Errorf("meter_start.lua returned %d values, want 7", len(values)))
 	}
 	ints := make([]int64, 7)
 	for i := range ints {
@@ -94,11 +127,10 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 			return gate.Start{}, l.unavailable(ctx, err)
 		}
 	}
-	release, _ := values[7].(string)
 	s := gate.Start{Status: int(ints[0]), Wait: micros(ints[1])}
 	if s.Status == gate.Admitted {
 		s.At = time.UnixMicro(ints[6] + ints[1])
-		s.Undo = []string{itoa(ints[2]), itoa(ints[3]), itoa(ints[4]), itoa(ints[5]), release}
+		s.Undo = []string{itoa(ints[2]), itoa(ints[3]), itoa(ints[4]), itoa(ints[5])}
 	}
 	return s, nil
 }
@@ -108,13 +140,75 @@ func undoStart(ctx context.Context, limiter any, key string, n int, held int, wa
 	if err != nil {
 		return err
 	}
-	if s.Status != gate.Admitted || len(s.Undo) != 5 {
+	if s.Status != gate.Admitted || len(s.Undo) != 4 {
 		return nil
 	}
 	args := append([]any{"1"}, l.meterArgs(n)...)
-	args = append(args, strconv.Itoa(held), waiter, s.Undo[0], s.Undo[1], s.Undo[2], s.Undo[3], s.Undo[4])
+	args = append(args, strconv.Itoa(held), "", s.Undo[0], s.Undo[1], s.Undo[2], s.Undo[3])
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, meterStartScript, l.startKeys(key, held, waiter), args)
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
+}
+
+func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim, error) {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return gate.Claim{}, err
+	}
+	if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+		return gate.Claim{}, err
+	}
+	var at int64
+	if !req.At.IsZero() {
+		at = req.At.UnixMicro()
+	}
+	args := append([]any{"0"}, l.meterArgs(req.N)...)
+	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(l.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()))
+	values, err := l.evalValues(ctx, meterClaimScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
+	if err != nil {
+		return gate.Claim{}, l.unavailable(ctx, err)
+	}
+	if len(values) < 6 {
+		return gate.Claim{}, l.unavailable(ctx, fmt.Errorf("meter_claim.lua returned %d values, want 6", len(values)))
+	}
+	ints := make([]int64, 5)
+	for i := range ints {
+		if ints[i], err = asInt(values[i]); err != nil {
+			return gate.Claim{}, l.unavailable(ctx, err)
+		}
+	}
+	release, _ := values[5].(string)
+	c := gate.Claim{Status: int(ints[0])}
+	if ints[1] > 0 {
+		c.Slot = time.UnixMicro(ints[1])
+		c.Wait = micros(ints[1] - ints[2])
+	}
+	switch c.Status {
+	case gate.Taken:
+		c.Undo = []string{itoa(ints[3]), itoa(ints[4]), ""}
+	case gate.Admitted:
+		c.Undo = []string{"0", "0", release}
+	}
+	return c, nil
+}
+
+func undoClaim(ctx context.Context, limiter any, key string, n int, held int, waiter string, c gate.Claim) error {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return err
+	}
+	if len(c.Undo) != 3 || (c.Undo[0] == "0" && c.Undo[2] == "") {
+		return nil
+	}
+	args := append([]any{"1"}, l.meterArgs(n)...)
+	args = append(args, strconv.Itoa(held), waiter, c.Undo[0], c.Undo[1], c.Undo[2])
+	err = l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.evalValues(ctx, meterClaimScript, l.startKeys(key, held, waiter), args)
 		return err
 	})
 	if err != nil {
@@ -126,10 +220,10 @@ func undoStart(ctx context.Context, limiter any, key string, n int, held int, wa
 // roomKeys returns the keys of room.lua for a meter key.
 func (l *Limiter) roomKeys(key string) []string {
 	state := l.Key(key)
-	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix}
+	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix, state + heldSuffix}
 }
 
-func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight int, eligible time.Time, payload string) (int, error) {
+func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight int, after time.Duration, payload string) (int, error) {
 	l, err := meterOf(limiter)
 	if err != nil {
 		return 0, err
@@ -137,10 +231,10 @@ func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weigh
 	switch {
 	case key == "" || waiter == "" || flow == "":
 		return 0, fmt.Errorf("%w: a room needs a key, a waiter and a flow", ErrInvalidKey)
-	case weight < 1:
-		return 0, fmt.Errorf("%w: a flow's weight must be at least 1, got %d", ErrInvalidN, weight)
+	case weight < 0:
+		return 0, fmt.Errorf("%w: a flow's weight must not be negative, got %d", ErrInvalidN, weight)
 	}
-	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(eligible.UnixMicro()), payload, itoa(roomLifetime.Microseconds())}
+	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(max(0, after.Microseconds())), payload, itoa(roomLifetime.Microseconds())}
 	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
 	if err != nil {
 		return 0, l.unavailable(ctx, err)
@@ -159,7 +253,8 @@ func release(ctx context.Context, limiter any, key string, n int, lead time.Dura
 	}
 	args := append([]any{"1"}, l.meterArgs(n)...)
 	args = append(args, itoa(l.ticks(lead)), itoa(roomLifetime.Microseconds()))
-	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
+	keys := append(l.roomKeys(key), l.Key(key)+startsSuffix)
+	values, err := l.evalValues(ctx, roomScript, keys, args)
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
 	}
@@ -178,16 +273,53 @@ func release(ctx context.Context, limiter any, key string, n int, lead time.Dura
 		}
 		return r, nil
 	}
-	if len(values) < 5 {
-		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua returned %d values for a release, want 5", len(values)))
+	if len(values) < 9 {
+		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua returned %d values for a release, want 9", len(values)))
 	}
 	waiter, _ := values[1].(string)
 	payload, _ := values[2].(string)
+	tag, _ := values[4].(string)
+	flow, _ := values[7].(string)
 	delay, err := asInt(values[3])
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
 	}
-	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Delay: micros(delay)}, nil
+	endUs, err1 := asInt(values[5])
+	endTicks, err2 := asInt(values[6])
+	if err1 != nil || err2 != nil {
+		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua's release end: %v, %v", err1, err2))
+	}
+	now, err := asInt(values[8])
+	if err != nil {
+		return gate.Released{}, l.unavailable(ctx, err)
+	}
+	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, Delay: micros(delay), Slot: time.UnixMicro(now + delay),
+		Back: []string{tag, itoa(endUs), itoa(endTicks)}}, nil
+}
+
+func putBack(ctx context.Context, limiter any, key string, n int, r gate.Released, until time.Time) error {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return err
+	}
+	if !r.OK || len(r.Back) != 3 {
+		return nil
+	}
+	var untilUs int64
+	if !until.IsZero() {
+		untilUs = until.UnixMicro()
+	}
+	args := []any{"3", r.Waiter, r.Back[0], r.Back[1], r.Back[2]}
+	args = append(args, l.meterArgs(n)...)
+	args = append(args, itoa(untilUs), itoa(roomLifetime.Microseconds()))
+	err = l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
 }
 
 func leaveRoom(ctx context.Context, limiter any, key, waiter string) error {

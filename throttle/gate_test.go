@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -89,24 +90,6 @@ func TestUndoStartGivesBack(t *testing.T) {
 	if again := startOn(t, l, workergate.StartRequest{Key: "k", N: 1}); again.Status != workergate.Admitted || again.Wait != 0 {
 		t.Fatalf("after the undo: %+v; want a start at once", again)
 	}
-	// A released waiter's start, undone, finds its release again.
-	if _, err := workergate.EnterRoom(ctx, l, "r", "w1", "f", 1, redistest.Start, "q/t1"); err != nil {
-		t.Fatal(err)
-	}
-	rel, err := workergate.Release(ctx, l, "r", 1, 500*time.Millisecond)
-	if err != nil || !rel.OK || rel.Waiter != "w1" || rel.Payload != "q/t1" {
-		t.Fatalf("Release: %+v, %v", rel, err)
-	}
-	started := startOn(t, l, workergate.StartRequest{Key: "r", N: 1, Held: workergate.HeldByRoom, Ticket: "w1", MaxWait: time.Second})
-	if started.Status != workergate.Admitted {
-		t.Fatalf("the released waiter's start: %+v", started)
-	}
-	if err := workergate.UndoStart(ctx, l, "r", 1, workergate.HeldByRoom, "w1", started); err != nil {
-		t.Fatal(err)
-	}
-	if again := startOn(t, l, workergate.StartRequest{Key: "r", N: 1, Held: workergate.HeldByRoom, Ticket: "w1", MaxWait: time.Second}); again.Status != workergate.Admitted {
-		t.Fatalf("the release after the undo: %+v; want it still held", again)
-	}
 }
 
 // TestRoomReleasesFairly: waiters of a heavy flow that entered first do not
@@ -118,15 +101,15 @@ func TestRoomReleasesFairly(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	for i := range 4 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, clock.Now(), "h"); err != nil {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, 0, "h"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, clock.Now(), "l"); err != nil {
+	if _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, 0, "l"); err != nil {
 		t.Fatal(err)
 	}
-	if s := startOn(t, l, workergate.StartRequest{Key: "all", N: 1, Held: workergate.HeldByRoom, Ticket: "fresh"}); s.Status != workergate.NoCapacity {
-		t.Fatalf("a fresh start while others wait: %+v; want its turn from the room", s)
+	if c := claim(t, l, workergate.ClaimRequest{Key: "all", N: 1, Held: workergate.HeldByRoom, Ticket: "fresh", MaxWait: time.Second}); c.Status != workergate.NoCapacity || !c.Slot.IsZero() {
+		t.Fatalf("a fresh start while others wait: %+v; want its turn from the room", c)
 	}
 	var order []string
 	var slots []time.Time
@@ -158,5 +141,110 @@ func TestRoomReleasesFairly(t *testing.T) {
 	}
 	if rel, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond); err != nil || rel.OK || !rel.Due.IsZero() {
 		t.Fatalf("a release from the empty room: %+v, %v", rel, err)
+	}
+}
+
+// TestRoomReleasesEveryWaiter: 105 waiters of one flow all come out, the
+// 101st among them, whose tag is 10^8: a sorted set's score comes back
+// written as a float ("1e+08" from miniredis), which the room must not
+// need to read.
+func TestRoomReleasesEveryWaiter(t *testing.T) {
+	tg := redistest.New(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000000), Burst: 1000})
+	ctx := context.Background()
+	for i := range 105 {
+		if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("w%03d", i), "f", 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []string
+	for range 110 {
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rel.OK {
+			break
+		}
+		order = append(order, rel.Waiter)
+	}
+	for i := range 105 {
+		if i >= len(order) || order[i] != fmt.Sprintf("w%03d", i) {
+			t.Fatalf("released %d waiters in the order %v; want all 105 in the order they entered", len(order), order)
+		}
+	}
+}
+
+// claim is workergate.ClaimStart, failing the test on an error.
+func claim(t *testing.T, l *throttle.Limiter, req workergate.ClaimRequest) workergate.Claim {
+	t.Helper()
+	c, err := workergate.ClaimStart(context.Background(), l, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestClaimsAreAtTheirSlots: a task released from a room starts at its slot
+// on the Redis clock, not when it arrives, and so does its booking on
+// another meter made for that instant; undone, the release is the task's
+// again; a task that comes later than the grace has lost its slot and waits
+// in the room again, in its place; a fresh task at an instant takes room
+// there only if the meter has it then.
+func TestClaimsAreAtTheirSlots(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	room := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	along := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1})
+	ctx := context.Background()
+	allowN(t, room, "r", 1) // the next start is 100ms away
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := workergate.EnterRoom(ctx, room, "r", w, "f", 1, 0, "q/"+w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel.OK || rel.Waiter != "w1" || rel.Delay != 100*time.Millisecond || !rel.Slot.Equal(clock.Now().Add(100*time.Millisecond)) {
+		t.Fatalf("Release: %+v, %v; want w1 with a slot 100ms away", rel, err)
+	}
+	b, err := workergate.BookAt(ctx, along, "a", "w1", 1, rel.Slot, 0, time.Minute)
+	if err != nil || !b.OK || !b.Slot.Equal(rel.Slot) {
+		t.Fatalf("BookAt: %+v, %v; want the slot asked for", b, err)
+	}
+	clock.Advance(30 * time.Millisecond)
+	req := workergate.ClaimRequest{Key: "r", N: 1, Held: workergate.HeldByRoom, Ticket: "w1", Grace: 50 * time.Millisecond}
+	c := claim(t, room, req)
+	if c.Status != workergate.Admitted || c.Wait != 70*time.Millisecond || !c.Slot.Equal(rel.Slot) {
+		t.Fatalf("the released waiter's claim: %+v; want it at its slot %s", c, rel.Slot)
+	}
+	if err := workergate.UndoClaim(ctx, room, "r", 1, workergate.HeldByRoom, "w1", c); err != nil {
+		t.Fatal(err)
+	}
+	if again := claim(t, room, req); again.Status != workergate.Admitted || !again.Slot.Equal(rel.Slot) {
+		t.Fatalf("the claim after the undo: %+v; want the release still the waiter's", again)
+	}
+	a := claim(t, along, workergate.ClaimRequest{Key: "a", N: 1, Held: workergate.HeldByTicket, Ticket: "w1", At: c.Slot, Grace: 50 * time.Millisecond})
+	if a.Status != workergate.Admitted || !a.Slot.Equal(rel.Slot) {
+		t.Fatalf("the booking's claim: %+v; want it at the same slot", a)
+	}
+	// A fresh task at the instant: the along meter has no room then, nor
+	// until 250ms after it.
+	f := claim(t, along, workergate.ClaimRequest{Key: "a", N: 1, At: c.Slot})
+	if f.Status != workergate.NoCapacity || !f.Slot.Equal(rel.Slot.Add(250*time.Millisecond)) {
+		t.Fatalf("a fresh claim at a taken instant: %+v; want no capacity until %s", f, rel.Slot.Add(250*time.Millisecond))
+	}
+	// w2, released, comes 60ms after its slot: too late.
+	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel2.OK || rel2.Waiter != "w2" {
+		t.Fatalf("Release: %+v, %v; want w2", rel2, err)
+	}
+	clock.Set(rel2.Slot.Add(60 * time.Millisecond))
+	late := claim(t, room, workergate.ClaimRequest{Key: "r", N: 1, Held: workergate.HeldByRoom, Ticket: "w2", Grace: 50 * time.Millisecond})
+	if late.Status != workergate.Late || !late.Slot.Equal(rel2.Slot) {
+		t.Fatalf("a claim 60ms after its slot: %+v; want it late", late)
+	}
+	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel3.OK || rel3.Waiter != "w2" {
+		t.Fatalf("Release after the late claim: %+v, %v; want w2 again", rel3, err)
 	}
 }

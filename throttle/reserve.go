@@ -99,6 +99,11 @@ type Ticket struct {
 	ID        string
 	Grace     time.Duration
 	NotBefore time.Duration
+
+	// at, set by the worker (see gate.BookAt): the soonest the booking may
+	// start as an instant of the Redis clock, Unix µs; maxDelay then counts
+	// from it.
+	at int64
 }
 
 // ReserveFor is Reserve on behalf of a caller that will ask again later,
@@ -146,13 +151,21 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
 	case l.spec.reservable:
-		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace)), itoa(l.ticks(ticket.NotBefore))}
+		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace)), itoa(l.ticks(ticket.NotBefore)), itoa(ticket.at)}
 	case maxDelay > 0:
 		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
 	default:
 		ticket = Ticket{}
 	}
-	reply, err := l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
+	var reply reply
+	var err error
+	if ticket.at > 0 {
+		// Booked for the worker at an instant: after the key's starts too.
+		keys, args := l.scriptArgs(modeReserve, key, ticket.ID, n, extra...)
+		reply, err = l.eval(ctx, meterBookingScript, append(keys, keys[0]+startsSuffix), args)
+	} else {
+		reply, err = l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
+	}
 	if err != nil {
 		if l.failOpen(ctx, err) {
 			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true, cause: err}, nil

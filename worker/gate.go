@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -14,25 +16,23 @@ type task struct {
 	*asynq.Task
 	id     string // asynq's ID of this message
 	origin string // the ID it is known by: its own, or the one it was copied from
-	ticket string // names its bookings across attempts
+	ticket string // names its bookings across attempts, and its place in rooms
 	queue  string
 	copies int  // hand-over copies made so far
 	last   bool // no retries left: asynq would archive a returned error
 	keys   []string
 }
 
-// pass is one attempt to get a task through all its rules. Either admitted
-// is set, holding leases and bookings that start after delay, or refused
-// is; err reports that Redis could not decide.
+// pass is one attempt to get a task through all its rules. Either it is
+// admitted, holding leases, window reservations and meter starts that
+// come after delay, or refused is set and it holds nothing.
 type pass struct {
 	leases   []held
-	bookings []booking
-	delay    time.Duration // the latest booking's start
-	reused   bool          // every delayed booking was the task's standing one
+	windows  []booking
+	starts   []start
+	claims   []claimed
+	delay    time.Duration // until the latest start
 	degraded bool
-	// presentOnly: the task is under several meters, whose units taken now
-	// must be taken again when it waits for a slot it claimed.
-	presentOnly bool
 
 	refused *refusal
 }
@@ -44,189 +44,294 @@ type held struct {
 	key  string
 }
 
-// booking is a reservation and the rule and key it was made for.
+// booking is a window reservation and the rule and key it was made for.
 type booking struct {
 	*throttle.Reservation
 	rule *Rule
 	key  string
 }
 
-// refusal says which rule turned the task away and when to try again.
+// start is a task's admitted start under a meter rule (see internal/gate).
+type start struct {
+	gate.Start
+	rule   *Rule
+	key    string
+	held   int    // where the start's capacity came from
+	ticket string // its ticket, or its name in the room
+}
+
+// refusal says which rule turned the task away and what it is to do.
 type refusal struct {
 	rule       *Rule
 	key        string
 	retryAfter time.Duration
-	// kept: the task holds ticketed slots starting after retryAfter and
-	// is to come back for them; otherwise it holds nothing.
-	kept bool
-	err  error // set when Redis could not decide
+	// how: what the task does about it; see the constants.
+	how int
+	// leadWait: entering a room (how), the task waits for its lead meter
+	// too, which has no room for this long.
+	leadWait time.Duration
+	err      error // set when Redis could not decide
 }
+
+// What a refused task does.
+const (
+	waitOrRetry = iota // wait inline for retryAfter, or go back for it (with a spread)
+	enterRoom          // the rule's room decides: wait in it
+	comeBack           // the task holds its capacity; its start is retryAfter away
+)
 
 // unavailableBackoff is how long a task waits before asking again when
 // Redis could not decide under fail-closed.
 const unavailableBackoff = 5 * time.Second
 
+// How a meter rule treats a task. A task under one meter (TokenBucket or
+// GCRA) that does not share its limit fairly books its slot there ahead
+// when it must wait, and comes back for it: the lead meter. A task under
+// several meters waits in the room of one of them, the room meter (the
+// first that shares its limit fairly, see FairBy, or else the second,
+// typically the overall limit after a per-key one): the room lets its
+// waiters out in turn as its rate allows, and a dispatcher books each
+// one's slot on its other meters, the along meters, at the instant of its
+// release (see dispatch.go). So capacity is taken on every meter for the
+// same instant, and none sits idle ahead on one while another holds the
+// task back. A single meter that shares fairly is a room meter too.
+const (
+	leadMeter = iota + 1
+	roomMeter
+	alongMeter
+)
+
+// meterRoles returns the role of each of the task's rules that is a meter;
+// 0 for the others.
+func meterRoles(rules []*Rule) []int {
+	roles := make([]int, len(rules))
+	var meters []int
+	room := -1
+	for i, r := range rules {
+		if r.limiter == nil || !gate.Meter(r.limiter) {
+			continue
+		}
+		meters = append(meters, i)
+		if room < 0 && r.fair != nil {
+			room = i
+		}
+	}
+	switch {
+	case len(meters) == 0:
+		return roles
+	case room < 0 && len(meters) == 1:
+		roles[meters[0]] = leadMeter
+		return roles
+	case room < 0:
+		room = meters[1]
+	}
+	for _, i := range meters {
+		roles[i] = alongMeter
+	}
+	roles[room] = roomMeter
+	return roles
+}
+
 // tryPass asks every rule of the task in turn: concurrency caps first, then
-// rate rules. The first refusal gives back everything this pass took.
-//
-// A task under a single TokenBucket or GCRA rule books its slot ahead (and
-// is sent back to it when it is far). A task under several claims a slot
-// booked for it earlier (by Book) where it has one, and takes every other
-// rate rule for now only: a meter keeps one instant per key, so slots booked
-// ahead on two of them could not be lined up without one meter skipping
-// capacity other keys need (an overall limit held back by one tenant's
-// queue), and a unit started after its slot would bunch with the units
-// after it. Deciding them at the same moment keeps every rule exact.
-func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule) *pass {
-	p := &pass{reused: true}
-	refuse := func(r *Rule, key string, retryAfter time.Duration, err error) *pass {
-		p.giveBack(ctx, 0)
-		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, err: err}
+// windows, then meters. The first refusal gives back everything this pass
+// took. budget is how long the task may wait inline for its start.
+func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
+	p := &pass{}
+	refuse := func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
+		p.giveBack(ctx)
+		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
 		return p
 	}
-	meters := 0
-	for _, r := range rules {
-		if r.limiter != nil && r.limiter.CanReserveAhead() {
-			meters++
+	for i, r := range rules {
+		if r.conc == nil {
+			continue
 		}
-	}
-	for _, group := range [3]func(*Rule) bool{
-		func(r *Rule) bool { return r.conc != nil },
-		func(r *Rule) bool { return r.limiter != nil && (!r.limiter.CanReserveAhead() || meters > 1) },
-		func(r *Rule) bool { return r.limiter != nil && r.limiter.CanReserveAhead() && meters == 1 },
-	} {
-		for i, r := range rules {
-			if !group(r) {
-				continue
-			}
-			key := tk.keys[i]
-			switch {
-			case r.conc != nil:
-				lease, res, err := r.conc.Acquire(ctx, key)
-				if err != nil {
-					return refuse(r, key, unavailableBackoff, err)
-				}
-				if lease == nil {
-					return refuse(r, key, res.RetryAfter, nil)
-				}
-				p.leases = append(p.leases, held{lease, r, key})
-				p.degraded = p.degraded || lease.Degraded()
-			case r.limiter.CanReserveAhead() && meters == 1:
-				res, err := t.reserveAhead(ctx, r, key, tk.ticket)
-				if err != nil {
-					return refuse(r, key, unavailableBackoff, err)
-				}
-				if !res.OK {
-					return refuse(r, key, res.RetryAfter, nil)
-				}
-				p.add(booking{res, r, key})
-			case r.limiter.CanReserveAhead() && tk.ticket != "":
-				// Claim the task's booking, or take the present.
-				p.presentOnly = true
-				res, err := r.limiter.ReserveFor(ctx, key, throttle.Ticket{ID: tk.ticket}, 1, 0)
-				if err != nil {
-					return refuse(r, key, unavailableBackoff, err)
-				}
-				if !res.OK {
-					return refuse(r, key, res.RetryAfter, nil)
-				}
-				p.add(booking{res, r, key})
-			default:
-				res, err := r.limiter.Reserve(ctx, key, 1, 0)
-				if err != nil {
-					return refuse(r, key, unavailableBackoff, err)
-				}
-				if !res.OK {
-					return refuse(r, key, res.RetryAfter, nil)
-				}
-				p.add(booking{res, r, key})
-			}
+		lease, res, err := r.conc.Acquire(ctx, tk.keys[i])
+		if err != nil {
+			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
+		if lease == nil {
+			return refuse(r, tk.keys[i], res.RetryAfter, waitOrRetry, nil)
+		}
+		p.leases = append(p.leases, held{lease, r, tk.keys[i]})
+		p.degraded = p.degraded || lease.Degraded()
 	}
+	for i, r := range rules {
+		if r.limiter == nil || roles[i] != 0 {
+			continue
+		}
+		res, err := r.limiter.Reserve(ctx, tk.keys[i], 1, 0)
+		if err != nil {
+			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
+		}
+		if !res.OK {
+			return refuse(r, tk.keys[i], res.RetryAfter, waitOrRetry, nil)
+		}
+		p.windows = append(p.windows, booking{res, r, tk.keys[i]})
+		p.degraded = p.degraded || res.Degraded
+	}
+	if room := slices.Index(roles, roomMeter); room >= 0 {
+		return t.startInRoom(ctx, p, tk, rules, roles, room, budget, refuse)
+	}
+	lead := slices.Index(roles, leadMeter)
+	if lead < 0 {
+		return p
+	}
+	r, key := rules[lead], tk.keys[lead]
+	req := gate.StartRequest{Key: key, N: 1, MaxWait: budget}
+	if tk.ticket != "" {
+		// Claims the task's booking, or books one when the meter has no
+		// room now.
+		req.Held, req.Ticket = gate.HeldByTicket, tk.ticket
+		req.BookAhead, req.Grace = r.bookAhead, ticketGrace
+	} else {
+		req.BookAhead = budget // outside an asynq server: wait inline
+	}
+	s, err := gate.StartOn(ctx, r.limiter, req)
+	switch {
+	case err != nil:
+		return refuse(r, key, unavailableBackoff, waitOrRetry, err)
+	case s.Status == gate.TooLate || s.Status == gate.Booked:
+		return refuse(r, key, s.Wait, comeBack, nil)
+	case s.Status != gate.Admitted:
+		// Beyond BookAhead, or outside an asynq server (no ticket): come
+		// back when the meter could have room.
+		return refuse(r, key, s.Wait, waitOrRetry, nil)
+	}
+	p.starts = append(p.starts, start{s, r, key, req.Held, req.Ticket})
+	p.delay = s.Wait
+	t.noteAnswer()
 	return p
 }
 
-// reserveAhead books a slot up to the rule's BookAhead, under the task's
-// ticket when it has one.
-func (t *Throttler) reserveAhead(ctx context.Context, r *Rule, key, ticket string) (*throttle.Reservation, error) {
-	if ticket == "" {
-		return r.limiter.Reserve(ctx, key, 1, r.bookAhead)
+// startInRoom starts a task under several meters (or one that shares
+// fairly) at one instant, a slot the room meter admits. A task released
+// from the room meter's room holds its slot there, and its along meters'
+// slots were booked by its ticket for the same instant; it starts there if
+// it comes in time (punctualGrace). A fresh task takes the room meter's
+// next start within its budget when nobody waits in the room, and room its
+// along meters have then; otherwise it waits in the room: all capacity to
+// come is handed out by the room, in its order.
+func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration,
+	refuse func(*Rule, string, time.Duration, int, error) *pass) *pass {
+	roomRule, roomKey := rules[room], tk.keys[room]
+	req := gate.ClaimRequest{Key: roomKey, N: 1, Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}
+	c, err := gate.ClaimStart(ctx, roomRule.limiter, req)
+	switch {
+	case err != nil:
+		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
+	case c.Status != gate.Admitted && c.Status != gate.Taken:
+		// Others wait in the room, or no start within the budget, or the
+		// task's slot passed (it waits in the room again): the room decides.
+		return refuse(roomRule, roomKey, 0, enterRoom, nil)
 	}
-	return r.limiter.ReserveFor(ctx, key, throttle.Ticket{ID: ticket}, 1, r.bookAhead)
+	p.claims = append(p.claims, claimed{c, roomRule, roomKey, req.Held, req.Ticket})
+	p.delay = max(0, c.Wait)
+	for i, r := range rules {
+		if roles[i] != alongMeter {
+			continue
+		}
+		areq := gate.ClaimRequest{Key: tk.keys[i], N: 1, At: c.Slot, Grace: punctualGrace}
+		if tk.ticket != "" {
+			areq.Held, areq.Ticket = gate.HeldByTicket, tk.ticket // booked at its release
+		}
+		a, err := gate.ClaimStart(ctx, r.limiter, areq)
+		if err != nil {
+			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
+		}
+		if a.Status == gate.Admitted || a.Status == gate.Taken {
+			p.claims = append(p.claims, claimed{a, r, tk.keys[i], areq.Held, areq.Ticket})
+			p.delay = max(0, a.Wait)
+			continue
+		}
+		wait := max(0, a.Wait)
+		if c.Status == gate.Admitted {
+			// Released, but this meter has no room at its slot (its booking
+			// was lost): the release is given back to the task, which asks
+			// again when the meter has room; by then its slot has passed,
+			// and it waits in the room again.
+			return refuse(r, tk.keys[i], wait, waitOrRetry, nil)
+		}
+		// Wait in the room, not to be let out before this meter has room.
+		p.giveBack(ctx)
+		p.refused = &refusal{rule: roomRule, key: roomKey, how: enterRoom, leadWait: wait}
+		return p
+	}
+	t.noteAnswer()
+	return p
 }
 
-// slot returns when the pass's turn comes on the Redis server's clock: the
-// start of its latest booking; zero when it holds none (a pass of
-// concurrency caps only, or one let through degraded).
+// punctualGrace is how late after its slot a task released from a room
+// may still start: later, its slot is lost and it waits again. A start is
+// admitted at its slot on the Redis clock; the handler starts when the
+// task has come, at most this much after it.
+const punctualGrace = 50 * time.Millisecond
+
+// claimed is a task's start under a meter of a room (see startInRoom).
+type claimed struct {
+	gate.Claim
+	rule   *Rule
+	key    string
+	held   int
+	ticket string
+}
+
+// slot returns when the pass's turn comes on the Redis server's clock: its
+// meters' common start; zero when it has none (a pass of concurrency caps
+// and windows only, or one let through degraded).
 func (p *pass) slot() time.Time {
 	var slot time.Time
-	for _, b := range p.bookings {
-		if b.Slot.After(slot) {
-			slot = b.Slot
+	for _, s := range p.starts {
+		if s.At.After(slot) {
+			slot = s.At
+		}
+	}
+	for _, c := range p.claims {
+		if c.Slot.After(slot) {
+			slot = c.Slot
 		}
 	}
 	return slot
 }
 
-func (p *pass) add(b booking) {
-	p.bookings = append(p.bookings, b)
-	p.degraded = p.degraded || b.Degraded
-	if b.Delay > 0 && !b.Reused {
-		p.reused = false
-	}
-	p.delay = max(p.delay, b.Delay)
-}
-
-// deferToLatest turns an admitted pass whose slots start too late to wait
-// for into a refusal by the rule of the latest slot. The task keeps the
-// slots that start keepFrom or later (0: none), which it will be back for
-// (they are its place in line), and gives back the rest.
-func (p *pass) deferToLatest(ctx context.Context, keepFrom time.Duration) {
-	latest := p.latest()
-	p.giveBack(ctx, keepFrom)
-	p.refused = &refusal{rule: latest.rule, key: latest.key, retryAfter: p.delay, kept: true}
-}
-
-// latest returns the pass's booking that starts last, the first of them
-// when several start together; the pass has at least one booking.
-func (p *pass) latest() booking {
-	latest := p.bookings[0]
-	for _, b := range p.bookings[1:] {
-		if b.Delay > latest.Delay {
-			latest = b
-		}
-	}
-	return latest
-}
-
-// giveBack releases the leases and cancels the bookings, except those that
-// start keepFrom or later (0 keeps none): the task will come back for them.
-// Each is given back while ctx lives, and in the background after it ends
-// (throttle's Release and Cancel are bounded so).
-func (p *pass) giveBack(ctx context.Context, keepFrom time.Duration) {
+// giveBack releases the leases, cancels the window reservations and undoes
+// the starts. Each is given back while ctx lives, and in the background
+// after it ends (throttle's Release and Cancel are bounded so).
+func (p *pass) giveBack(ctx context.Context) {
 	for _, lease := range p.leases {
 		_ = lease.Release(ctx)
 	}
 	p.leases = nil
-	for _, b := range p.bookings {
-		if keepFrom > 0 && b.Delay >= keepFrom {
-			continue
-		}
+	for _, b := range p.windows {
 		_ = b.Cancel(ctx)
 	}
-	p.bookings = nil
+	p.windows = nil
+	for _, s := range p.starts {
+		_ = gate.UndoStart(ctx, s.rule.limiter, s.key, 1, s.held, s.ticket, s.Start)
+	}
+	p.starts = nil
+	for _, c := range p.claims {
+		_ = gate.UndoClaim(ctx, c.rule.limiter, c.key, 1, c.held, c.ticket, c.Claim)
+	}
+	p.claims = nil
+	p.delay = 0
 }
 
-// comeBackAfter is how long a refused task stays away: until its slot less
-// the lead for a task keeping slots; otherwise the refusal's wait plus a
-// random spread of up to as much again (1 s to 30 s), so that tasks turned
-// away together do not return together. A full concurrency cap is asked
-// again after about a second.
-func (t *Throttler) comeBackAfter(r *refusal) time.Duration {
-	switch {
-	case r.kept:
-		return max(0, r.retryAfter-t.lead())
-	case r.rule.conc != nil && r.err == nil:
+// waiterID is the task's name in the rooms it waits in: its ticket, which
+// a hand-over copy inherits, or its ID outside an asynq server.
+func (tk *task) waiterID() string {
+	if tk.ticket != "" {
+		return tk.ticket
+	}
+	return tk.id
+}
+
+// comeBackAfter is how long a task refused by a window or a concurrency
+// cap stays away: the refusal's wait plus a random spread of up to as much
+// again (1 s to 30 s), so that tasks turned away together do not return
+// together; a full concurrency cap is asked again after about a second.
+func comeBackAfter(r *refusal) time.Duration {
+	if r.rule.conc != nil && r.err == nil {
 		return time.Second + rand.N(time.Second)
 	}
 	spread := min(max(r.retryAfter, time.Second), 30*time.Second)

@@ -31,8 +31,7 @@ func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, un
 	headers[headerOrigin] = tk.origin
 	headers[headerTicket] = tk.ticket
 	headers[headerCopies] = strconv.Itoa(tk.copies + 1)
-	copyID := fmt.Sprintf("%s~%d", tk.origin, tk.copies+1)
-	opts := []asynq.Option{asynq.TaskID(copyID), asynq.MaxRetry(0), asynq.ProcessAt(wholeSecondAtOrAfter(until))}
+	opts := []asynq.Option{asynq.TaskID(tk.copyID()), asynq.MaxRetry(0), asynq.ProcessAt(wholeSecondAtOrAfter(until))}
 	if tk.queue != "" {
 		opts = append(opts, asynq.Queue(tk.queue))
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 // Headers the Throttler puts on the hand-over copy of a task (see handOver).
@@ -75,7 +74,8 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 		if l != nil && err != nil {
 			// The handler was stopped because its slot was no longer its
 			// own: the task is throttled, not failed.
-			err = t.sendBack(ctx, tk, &refusal{rule: l.rule, key: l.key})
+			r := &refusal{rule: l.rule, key: l.key}
+			err = t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
 		t.settle(ctx)
 		err = t.outcome(ctx, tk, err)
@@ -142,161 +142,6 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 		tk.keys = append(tk.keys, key)
 	}
 	return tk, nil
-}
-
-// admit passes the task through its rules, waiting inline where it may.
-// It returns the admitted pass, holding the leases to release after the
-// handler; or nil and the error the handler is to return; or nil, nil when
-// the task was handed over to a copy.
-func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, error) {
-	started := time.Now()
-	backoff := 25 * time.Millisecond
-	var slept time.Duration
-	var waitedFor cause // the rule and key of the last inline wait
-	for {
-		p := t.tryPass(ctx, tk, rules)
-		if p.refused == nil {
-			budget := t.inlineBudget(ctx, tk, p.delay > 0, p.reused, started)
-			if p.delay > 0 && p.delay <= budget && p.presentOnly {
-				// Wait for the claimed slot without holding what was taken
-				// for now; take it again then.
-				waitedFor = p.waitingFor()
-				p.giveBack(ctx, time.Nanosecond)
-				if err := sleep(ctx, p.delay); err != nil {
-					p.giveBack(ctx, 0)
-					return nil, err
-				}
-				slept += p.delay
-				continue
-			}
-			if p.delay <= budget {
-				if err := sleep(ctx, p.delay); err != nil {
-					p.giveBack(ctx, 0)
-					return nil, err
-				}
-				if p.delay > 0 {
-					waitedFor = p.waitingFor()
-				}
-				t.observeAdmitted(tk, p, slept+p.delay, waitedFor)
-				return p, nil
-			}
-			keepFrom := max(time.Nanosecond, p.delay-t.lead())
-			if tk.ticket == "" {
-				keepFrom = 0 // nothing to come back for without a ticket
-			}
-			p.deferToLatest(ctx, keepFrom)
-		}
-		r := p.refused
-		if r.err != nil {
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
-		}
-		// Wait inline when the rule will say yes soon enough: a window that
-		// turns over, or a concurrency slot polled for with a backoff.
-		budget := t.inlineBudget(ctx, tk, false, false, started)
-		wait := r.retryAfter
-		if r.rule.conc != nil && r.err == nil {
-			wait, backoff = min(backoff, r.retryAfter), min(2*backoff, 250*time.Millisecond)
-		}
-		if !r.kept && wait <= budget {
-			if err := sleep(ctx, wait); err != nil {
-				return nil, err
-			}
-			slept += wait
-			waitedFor = cause{r.rule.name, r.key}
-			continue
-		}
-		return nil, t.sendBack(ctx, tk, r)
-	}
-}
-
-// inlineBudget is how long the task may still wait in its handler: the
-// inline wait, or for a task holding a booked slot, at least the lead (sent
-// back, it could not return any sooner; back for its own slot, it may wait
-// the lead more); for a task with no retries left, all the time its
-// deadline allows.
-func (t *Throttler) inlineBudget(ctx context.Context, tk *task, booked, reused bool, started time.Time) time.Duration {
-	budget := t.cfg.inlineWait
-	if booked && budget > 0 {
-		budget = max(budget, t.lead())
-	}
-	if reused {
-		budget += t.lead()
-	}
-	budget -= time.Since(started)
-	deadline, bounded := ctx.Deadline()
-	if tk.last {
-		if !bounded {
-			return time.Duration(1<<63 - 1)
-		}
-		budget = time.Until(deadline) - deadlineMargin
-	} else if bounded {
-		budget = min(budget, time.Until(deadline)-deadlineMargin)
-	}
-	return max(0, budget)
-}
-
-// sendBack returns a refused task to asynq: a *ThrottledError for its
-// retry set, a *GaveUpError when its rule's give-up policy says so, or for
-// a task with no retries left, a hand-over to a copy of itself.
-func (t *Throttler) sendBack(ctx context.Context, tk *task, r *refusal) error {
-	away := t.comeBackAfter(r)
-	rule := r.rule
-	throttles := 0
-	if rule.giveUp.enabled() && r.err == nil {
-		n, since, err := t.countThrottle(ctx, rule, tk.origin)
-		throttles = n
-		if err == nil && rule.giveUp.givesUp(n, since) {
-			t.cancelKept(ctx, tk, r)
-			gave := &GaveUpError{Rule: rule.name, Key: r.key, Throttles: n, ThrottledFor: since, drop: rule.giveUp.Action == GiveUpDrop}
-			t.observe(Event{Kind: GaveUp, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Throttles: n})
-			return gave
-		}
-	}
-	until := time.Now().Add(away)
-	if tk.last {
-		return t.handOver(ctx, tk, rule.name, r.key, until)
-	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Delay: away, Throttles: throttles, Err: r.err})
-	return &ThrottledError{Rule: rule.name, Key: r.key, RetryAfter: away, until: until}
-}
-
-// cancelKept gives back the slots a refused task kept for its return.
-func (t *Throttler) cancelKept(ctx context.Context, tk *task, r *refusal) {
-	if !r.kept || tk.ticket == "" {
-		return
-	}
-	for i, rule := range t.matching(tk.Task) {
-		if rule.limiter == nil || !rule.limiter.CanReserveAhead() {
-			continue
-		}
-		// Asked again with its ticket and no room to wait, the limiter
-		// returns the standing booking (or, if there is none, books the
-		// present if it can): either way, cancelling it gives it back.
-		if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, 1, 0); err == nil && res.OK {
-			_ = res.Cancel(ctx)
-		}
-	}
-}
-
-func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, waitedFor cause) {
-	switch {
-	case p.degraded:
-		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
-	case waited > 0:
-		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
-	default:
-		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
-	}
-}
-
-// cause names the rule, and the task's key in it, that made a task wait.
-type cause struct{ rule, key string }
-
-// waitingFor returns the cause of the pass's wait: the rule and key of its
-// booking that starts last.
-func (p *pass) waitingFor() cause {
-	b := p.latest()
-	return cause{b.rule.name, b.key}
 }
 
 // sleep waits for d, or until ctx is done and returns its error.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -19,6 +20,7 @@ type Rule struct {
 	key       KeyFunc
 	giveUp    GiveUpPolicy
 	bookAhead time.Duration
+	fair      *fairness
 	err       error
 }
 
@@ -157,4 +159,83 @@ func GiveUp(p GiveUpPolicy) RuleOption {
 		r.giveUp = p
 		return nil
 	})
+}
+
+// fairness shares a rule's limit fairly between the flows its tasks belong
+// to (see FairBy).
+type fairness struct {
+	by     KeyFunc
+	weight func(flow string) int
+}
+
+// flowOf returns the task's flow and its weight.
+func (f *fairness) flowOf(t *asynq.Task) (string, int, error) {
+	flow, err := f.by(t)
+	if err == nil && flow == "" {
+		err = fmt.Errorf("%w: empty flow", ErrNoKey)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	weight := 1
+	if f.weight != nil {
+		weight = max(1, f.weight(flow))
+	}
+	return flow, weight, nil
+}
+
+// FairBy shares a TokenBucket or GCRA rule's limit fairly between the
+// flows its tasks belong to, such as tenants, by start-time fair queueing:
+// while several flows have tasks waiting, each gets an equal share of the
+// limit (a weighted one with Weights), whatever the order and number in
+// which their tasks were enqueued, and a flow's first task waits behind no
+// other flow's backlog. A flow that needs less than its share leaves the
+// rest to the others: the limit stays in use. The rule's key (KeyBy) still
+// says what the limit counts, typically one key for all ("overall"); by
+// says which flow a task is in. Tasks a FairBy rule turns away wait in its
+// key's waiting room and are let out as the limit allows (see the package
+// documentation). Default: none, first come, first served.
+func FairBy(by KeyFunc) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if by == nil {
+			return fmt.Errorf("%w: rule %q: nil flow function", ErrInvalidRule, r.name)
+		}
+		if r.fair == nil {
+			r.fair = &fairness{}
+		}
+		r.fair.by = by
+		return nil
+	})
+}
+
+// Weights gives the flows of a FairBy rule their weights: a flow of weight
+// 2 gets twice the share of a flow of weight 1. weight is called with a
+// flow when one of its tasks starts waiting; a result below 1 counts as 1.
+// Default: every flow weighs 1.
+func Weights(weight func(flow string) int) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if weight == nil {
+			return fmt.Errorf("%w: rule %q: nil weight function", ErrInvalidRule, r.name)
+		}
+		if r.fair == nil {
+			r.fair = &fairness{}
+		}
+		r.fair.weight = weight
+		return nil
+	})
+}
+
+// interval is the time between two units of the rule's meter, for the
+// estimates of waiting times; 0 for other rules.
+func (r *Rule) interval() time.Duration {
+	var rate throttle.Rate
+	switch p := r.limiter.Policy().(type) {
+	case throttle.GCRA:
+		rate = p.Rate
+	case throttle.TokenBucket:
+		rate = p.Rate
+	default:
+		return 0
+	}
+	return rate.Per / time.Duration(rate.N)
 }

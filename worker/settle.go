@@ -18,7 +18,7 @@ import (
 // here closes that gap to the time between the answer and asynq's write.
 // It gives up when ctx ends, or after settleLimit.
 func (t *Throttler) settle(ctx context.Context) {
-	if !t.cfg.settle {
+	if !t.cfg.settle || t.answeredWithin(settleFresh) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleLimit)
@@ -49,6 +49,24 @@ func (t *Throttler) settle(ctx context.Context) {
 	}
 }
 
+// settleFresh: a Throttler whose rules decide on asynq's Redis skips the
+// PING when that Redis answered one of its calls this recently: it is up.
+const settleFresh = 100 * time.Millisecond
+
+// noteAnswer records that asynq's Redis answered a call of the Throttler,
+// when its rules decide there.
+func (t *Throttler) noteAnswer() {
+	if t.sameRedis {
+		t.answered.Store(time.Now().UnixNano())
+	}
+}
+
+// answeredWithin reports whether asynq's Redis answered within d.
+func (t *Throttler) answeredWithin(d time.Duration) bool {
+	last := t.answered.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < d
+}
+
 // settleLimit is asynq's lease on a task being processed (30 s in
 // v0.26): once it has run out without a heartbeat reaching Redis, asynq
 // no longer writes the task's outcome, so waiting longer helps nothing.
@@ -56,8 +74,10 @@ const settleLimit = 30 * time.Second
 
 // WithSettle chooses whether a task waits, once its handler has returned
 // or it was throttled, until Redis answers before its outcome goes back to
-// asynq (one PING per task when Redis is up), for at most 30 s, asynq's
-// lease on a task. asynq writes a task's outcome once, when the handler
+// asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
+// task, but when every rule's limiter uses the client given to New and
+// that Redis answered one of the Throttler's calls in the last 100 ms (as
+// on any busy worker): then it is up, and the PING is skipped. asynq writes a task's outcome once, when the handler
 // returns; without this, a task that ends while Redis is down stays
 // active until its lease runs out and then runs again, or is archived if
 // it had no retries left. The client given to [New] must be asynq's Redis.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +27,12 @@ type Throttler struct {
 	// forwarder and poll are asynq's DelayedTaskCheckInterval and
 	// TaskCheckInterval as Configure saw them.
 	forwarder, poll atomic.Int64
+	dispatch        dispatcher
+	// sameRedis: every rule decides on client, asynq's Redis, so an answer
+	// to a decision says that Redis is up; answered is when the last came
+	// (Unix ns).
+	sameRedis bool
+	answered  atomic.Int64
 }
 
 // asynq's defaults for DelayedTaskCheckInterval and TaskCheckInterval.
@@ -75,7 +82,16 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			return nil, err
 		}
 	}
-	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg}
+	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true}
+	for _, r := range rules {
+		var l any = r.limiter
+		if r.conc != nil {
+			l = r.conc
+		}
+		if gate.ClientOf(l) != any(client) {
+			t.sameRedis = false
+		}
+	}
 	t.forwarder.Store(int64(asynqForwarder))
 	t.poll.Store(int64(asynqPoll))
 	return t, nil

@@ -32,7 +32,7 @@ type Fleet struct {
 // NewFleet starts servers asynq servers with concurrency workers each,
 // every one with its own connection pool, the throttler's middleware and
 // configuration, running handler.
-func NewFleet(t *testing.T, tg *redistest.Target, servers, concurrency int, th *worker.Throttler, handler asynq.Handler) *Fleet {
+func NewFleet(t testing.TB, tg *redistest.Target, servers, concurrency int, th *worker.Throttler, handler asynq.Handler) *Fleet {
 	t.Helper()
 	f := &Fleet{
 		tg:        tg,
@@ -48,7 +48,7 @@ func NewFleet(t *testing.T, tg *redistest.Target, servers, concurrency int, th *
 }
 
 // AddServer starts one more server of the fleet.
-func (f *Fleet) AddServer(t *testing.T, concurrency int, th *worker.Throttler, handler asynq.Handler) *asynq.Server {
+func (f *Fleet) AddServer(t testing.TB, concurrency int, th *worker.Throttler, handler asynq.Handler) *asynq.Server {
 	t.Helper()
 	cfg := asynq.Config{
 		Concurrency:     concurrency,
@@ -69,7 +69,7 @@ func (f *Fleet) AddServer(t *testing.T, concurrency int, th *worker.Throttler, h
 
 // Enqueue adds a task of the given type and JSON payload to the fleet's
 // queue and returns its ID.
-func (f *Fleet) Enqueue(t *testing.T, typ string, payload any, opts ...asynq.Option) string {
+func (f *Fleet) Enqueue(t testing.TB, typ string, payload any, opts ...asynq.Option) string {
 	t.Helper()
 	body, err := json.Marshal(payload)
 	if err != nil {
@@ -85,7 +85,7 @@ func (f *Fleet) Enqueue(t *testing.T, typ string, payload any, opts ...asynq.Opt
 // WaitDone waits until the queue holds no pending, active, scheduled or
 // retrying task and the log has want runs, and fails the test after
 // timeout.
-func (f *Fleet) WaitDone(t *testing.T, log *RunLog, want int, timeout time.Duration) asynq.QueueInfo {
+func (f *Fleet) WaitDone(t testing.TB, log *RunLog, want int, timeout time.Duration) asynq.QueueInfo {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -157,7 +157,7 @@ func (l *RunLog) Handler(d time.Duration) asynq.Handler {
 }
 
 // CheckOnce fails the test unless every id ran exactly once.
-func CheckOnce(t *testing.T, runs []Run, ids []string) {
+func CheckOnce(t testing.TB, runs []Run, ids []string) {
 	t.Helper()
 	seen := map[string]int{}
 	for _, r := range runs {

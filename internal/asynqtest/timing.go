@@ -40,7 +40,7 @@ const ArrivalJitter = 100 * time.Millisecond
 // this process's clock. Requests leave in the order of their slots, so the
 // i-th arrival is the i-th slot's request; slots given back unused come
 // last. It logs a figures line.
-func CheckArrivals(t *testing.T, name string, arrivals, slots []time.Time, offset, w time.Duration, most int) {
+func CheckArrivals(t testing.TB, name string, arrivals, slots []time.Time, offset, w time.Duration, most int) {
 	t.Helper()
 	arrivals, slots = sortedTimes(arrivals), sortedTimes(slots)
 	if n := MostInAnyTimeWindow(slots, w); n > most {
@@ -130,7 +130,7 @@ func MostInAnyTimeWindow(at []time.Time, w time.Duration) int {
 // no run starts more than StartJitter after its admission, so no window of
 // w less StartJitter holds more than most starts. It logs a figures line
 // with the lateness of the starts.
-func CheckHeld(t *testing.T, runs []Run, slots map[string]time.Time, offset, w time.Duration, most int) {
+func CheckHeld(t testing.TB, runs []Run, slots map[string]time.Time, offset, w time.Duration, most int) {
 	t.Helper()
 	var admitted []time.Time
 	for _, r := range runs {

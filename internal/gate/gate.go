@@ -1,9 +1,10 @@
 // Package gate is what package worker needs of package throttle's meters
 // beyond their public API: the strict start of a task (a second instant per
-// key that records when tasks actually start), and the key's waiting room,
-// from which tasks are released one by one in fair order. Package throttle
-// implements the functions below when it is initialised; they are only for
-// the library's own packages.
+// key that records when tasks actually start), the key's waiting room, from
+// which tasks are released one by one in fair order, and the start of a task
+// released from a room, at its slot. Package throttle implements the
+// functions below when it is initialised; they are only for the library's
+// own packages.
 package gate
 
 import (
@@ -18,33 +19,75 @@ const (
 	HeldByRoom          // released from the key's waiting room
 )
 
-// StartRequest asks a meter limiter to start a task on a key.
+// StartRequest asks a meter limiter to start a task on a key that does not
+// wait in a room.
 type StartRequest struct {
 	Key       string
 	N         int
-	Held      int    // HeldNowhere, HeldByTicket or HeldByRoom
-	Ticket    string // the ticket (HeldByTicket) or the waiter's ID (HeldByRoom)
+	Held      int    // HeldNowhere or HeldByTicket
+	Ticket    string // the ticket (HeldByTicket)
 	NotBefore time.Duration
 	MaxWait   time.Duration
+	// BookAhead, with a ticket: when the task holds nothing and the meter
+	// has no room now, book the task's slot by its ticket up to this far
+	// ahead (0: book nothing), claimable for Grace after it starts.
+	// Otherwise: how long the planned meter may keep a task that holds
+	// nothing waiting (up to MaxWait); 0 takes only room there is now.
+	BookAhead, Grace time.Duration
 }
 
 // Start statuses.
 const (
-	NoCapacity = 0 // the task holds none, and the meter (or its room) has none now
+	NoCapacity = 0 // the task holds none, and the meter has none in time
 	Admitted   = 1 // start after Wait
 	TooLate    = 2 // the task holds capacity, but its start comes after MaxWait
+	Booked     = 3 // its slot is booked by its ticket, Wait away, after MaxWait
+	NotBooked  = 4 // a slot would come Wait past BookAhead: nothing booked
 )
 
 // Start is a meter's answer to a StartRequest.
 type Start struct {
 	Status int
 	// Wait is how long until the start (Admitted), until the meter has
-	// room (NoCapacity; 0 when the room decides), or until the start could
-	// be (TooLate).
+	// room (NoCapacity), or until the start could be (TooLate).
 	Wait time.Duration
 	// At is the start on the Redis clock (Admitted).
 	At time.Time
 	// Undo is what UndoStart needs; opaque.
+	Undo []string
+}
+
+// ClaimRequest asks a meter limiter to start a task that waits in a room
+// (see ClaimStart).
+type ClaimRequest struct {
+	Key    string
+	N      int
+	Held   int    // HeldNowhere, HeldByTicket or HeldByRoom
+	Ticket string // the ticket (HeldByTicket) or the waiter's ID (HeldByRoom)
+	// At, when set, is the start's instant on the Redis clock (it may have
+	// just passed): the start is there or not at all. Otherwise a task that
+	// holds nothing takes the meter's next start within MaxWait.
+	At      time.Time
+	MaxWait time.Duration
+	// Grace is how late after its slot a held start may still be claimed.
+	Grace time.Duration
+}
+
+// Claim statuses, beside NoCapacity and Admitted (by capacity held).
+const (
+	Taken = 5 // admitted, the capacity taken now
+	Late  = 6 // the task's held slot passed more than Grace ago: lost
+)
+
+// Claim is a meter's answer to a ClaimRequest.
+type Claim struct {
+	Status int
+	// Slot is the start on the Redis clock (Admitted, Taken, Late), or when
+	// the meter would have room (NoCapacity; zero when the room decides).
+	Slot time.Time
+	// Wait is how long after the answer Slot comes (negative: it passed).
+	Wait time.Duration
+	// Undo is what UndoClaim needs; opaque.
 	Undo []string
 }
 
@@ -53,11 +96,25 @@ type Released struct {
 	OK      bool
 	Waiter  string
 	Payload string
+	Flow    string
 	// Delay is how long after the release its reserved start comes.
 	Delay time.Duration
+	// Slot is that start on the Redis clock.
+	Slot time.Time
 	// Due is when to try the room again when none was released (zero:
 	// the room is empty).
 	Due time.Time
+	// Back is what PutBack needs; opaque.
+	Back []string
+}
+
+// Booking is what BookAt booked.
+type Booking struct {
+	OK         bool
+	Slot       time.Time // its start on the Redis clock (OK)
+	RetryAfter time.Duration
+	// Cancel gives it back (see throttle's Reservation.Cancel).
+	Cancel func(ctx context.Context) error
 }
 
 // The meters' side, set by package throttle. limiter is a
@@ -69,12 +126,31 @@ var (
 	StartOn func(ctx context.Context, limiter any, req StartRequest) (Start, error)
 	// UndoStart gives back an admitted start whose task will not run now.
 	UndoStart func(ctx context.Context, limiter any, key string, n int, held int, waiter string, s Start) error
-	// EnterRoom puts a waiter in key's room; eligible is the soonest it may
-	// start. It returns the waiters in the room.
-	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight int, eligible time.Time, payload string) (int, error)
+	// ClaimStart starts a task that waits in rooms under limiter (see
+	// meter_claim.lua): at its held slot, or at room there is.
+	ClaimStart func(ctx context.Context, limiter any, req ClaimRequest) (Claim, error)
+	// UndoClaim gives back a claim whose task will not run now.
+	UndoClaim func(ctx context.Context, limiter any, key string, n int, held int, waiter string, c Claim) error
+	// EnterRoom puts a waiter in key's room, to start no sooner than after
+	// from now (on the Redis clock). weight 0 queues it first come, first served; 1 and more share
+	// the room fairly between flows, by weight. It returns the waiters in
+	// the room.
+	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight int, after time.Duration, payload string) (int, error)
 	// Release lets the next waiter of key's room out, when the meter
 	// admits its start within lead.
 	Release func(ctx context.Context, limiter any, key string, n int, lead time.Duration) (Released, error)
+	// PutBack returns a released waiter to key's room, its place kept and
+	// its capacity given back, and holds its flow back until until (when
+	// another limit of the flow has no room before).
+	PutBack func(ctx context.Context, limiter any, key string, n int, r Released, until time.Time) error
+	// BookAt books n units of key by ticket (claimable for grace after its
+	// slot) at the instant at of the Redis clock, or up to slack after it;
+	// with no room by then it books nothing and says how much longer the
+	// wait would be. A standing booking of the ticket is returned as it is.
+	BookAt func(ctx context.Context, limiter any, key, ticket string, n int, at time.Time, slack, grace time.Duration) (Booking, error)
 	// LeaveRoom removes a waiter, or a release nobody came for.
 	LeaveRoom func(ctx context.Context, limiter any, key, waiter string) error
+	// ClientOf returns the client a *throttle.Limiter or
+	// *throttle.ConcurrencyLimiter decides through, or nil.
+	ClientOf func(limiter any) any
 )

@@ -1,0 +1,30 @@
+-- lane.lua: the worker's return lane. A task sent back by the worker waits
+-- in asynq's retry set (or, for a hand-over copy, its scheduled set) with a
+-- time a little past its turn; at its turn the worker's dispatcher moves it
+-- to the head of its queue, where the next worker to ask takes it, instead
+-- of the tail behind the whole backlog, where asynq's own forwarder would
+-- put it (as it does if nobody moved it). The keys are asynq v0.26's
+-- (internal/base), all in the queue's Cluster slot.
+--
+-- KEYS[1]  asynq:{<queue>}:retry
+-- KEYS[2]  asynq:{<queue>}:scheduled
+-- KEYS[3]  asynq:{<queue>}:pending
+-- KEYS[4]  asynq:{<queue>}:t:<task id>, the task's hash
+-- ARGV[1]  the task's ID
+-- ARGV[2]  now, Unix ns, for asynq's pending_since
+-- Returns  {1 moved, 2 not there yet (the worker that sent it back has not
+--          handed it to asynq), 0 gone (run, moved by asynq, or deleted),
+--          now_us}
+
+local id = ARGV[1]
+local now = server_now()
+
+if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
+  redis.call('RPUSH', KEYS[3], id) -- the head: workers pop from the right
+  redis.call('HSET', KEYS[4], 'state', 'pending', 'pending_since', ARGV[2])
+  return {1, now}
+end
+if redis.call('HGET', KEYS[4], 'state') == 'active' then
+  return {2, now}
+end
+return {0, now}

@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"context"
+	"time"
+)
+
+// admit passes the task through its rules, waiting inline where it may.
+// It returns the admitted pass, holding the leases to release after the
+// handler; or nil and the error the handler is to return; or nil, nil when
+// the task was handed over to a copy.
+func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, error) {
+	started := time.Now()
+	roles := meterRoles(rules)
+	backoff := 25 * time.Millisecond
+	var slept time.Duration
+	var waitedFor cause // the rule and key of the last inline wait
+	for {
+		budget := t.inlineBudget(ctx, tk, started)
+		p := t.tryPass(ctx, tk, rules, roles, budget)
+		if p.refused == nil {
+			if p.delay > 0 {
+				if err := sleep(ctx, p.delay); err != nil {
+					p.giveBack(ctx)
+					return nil, err
+				}
+				waitedFor = p.waitingFor()
+			}
+			t.observeAdmitted(tk, p, slept+p.delay, waitedFor)
+			return p, nil
+		}
+		r := p.refused
+		if r.err != nil {
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
+		}
+		switch r.how {
+		case comeBack:
+			// The task holds its capacity: back to its start, through the
+			// lane, a little ahead of it.
+			return nil, t.goBack(ctx, tk, r, time.Now().Add(r.retryAfter-t.laneLead()), true)
+		case enterRoom:
+			return nil, t.wait(ctx, tk, r)
+		}
+		// Wait inline when the rule will say yes soon enough: a window that
+		// turns over, or a concurrency slot polled for with a backoff.
+		wait := r.retryAfter
+		if r.rule.conc != nil && r.err == nil {
+			wait, backoff = min(backoff, r.retryAfter), min(2*backoff, 250*time.Millisecond)
+		}
+		if wait <= budget {
+			if err := sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+			slept += wait
+			waitedFor = cause{r.rule.name, r.key}
+			continue
+		}
+		return nil, t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	}
+}
+
+// inlineBudget is how long the task may still wait in its handler: the
+// inline wait, at least twice the lead of the return lane (a task comes
+// back that much ahead of its start); for a task with no retries left, all
+// the time its deadline allows.
+func (t *Throttler) inlineBudget(ctx context.Context, tk *task, started time.Time) time.Duration {
+	budget := max(t.cfg.inlineWait, 2*t.laneLead()) - time.Since(started)
+	deadline, bounded := ctx.Deadline()
+	if tk.last {
+		if !bounded {
+			return time.Duration(1<<63 - 1)
+		}
+		budget = time.Until(deadline) - deadlineMargin
+	} else if bounded {
+		budget = min(budget, time.Until(deadline)-deadlineMargin)
+	}
+	return max(0, budget)
+}
+
+func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, waitedFor cause) {
+	switch {
+	case p.degraded:
+		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
+	case waited > 0:
+		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
+	default:
+		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
+	}
+}
+
+// cause names the rule, and the task's key in it, that made a task wait.
+type cause struct{ rule, key string }
+
+// waitingFor returns the cause of the pass's wait: the rule and key of its
+// start that comes last.
+func (p *pass) waitingFor() cause {
+	var latest cause
+	var at time.Time
+	for _, s := range p.starts {
+		if latest.rule == "" || s.At.After(at) {
+			latest, at = cause{s.rule.name, s.key}, s.At
+		}
+	}
+	for _, c := range p.claims {
+		if latest.rule == "" || c.Slot.After(at) {
+			latest, at = cause{c.rule.name, c.key}, c.Slot
+		}
+	}
+	return latest
+}

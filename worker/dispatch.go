@@ -1,0 +1,294 @@
+package worker
+
+import (
+	"container/heap"
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/gate"
+)
+
+// The dispatcher brings tasks back from asynq at their turn: it moves a
+// task sent back through the return lane to the head of its queue at its
+// turn, and lets the waiters of a room out as its meter allows. Every
+// Throttler that has sent a task back runs one, in the background, on the
+// turns it knows of: those of the tasks it sent back itself and of the
+// rooms it put waiters in. If the process stops, asynq's own retry brings
+// its tasks back a little late, at the tail of their queues, and a room's
+// turns are taken up again when one of its waiters comes back so (see
+// wait).
+
+// turn is one thing the dispatcher does at a time: move a task of a lane,
+// or let waiters out of a room.
+type turn struct {
+	at    time.Time
+	queue string // a lane's task: its queue and asynq ID
+	id    string
+	rule  *Rule // a room: its rule and key
+	key   string
+}
+
+// turns is a min-heap of turns by time (container/heap).
+type turns []turn
+
+func (h turns) Len() int           { return len(h) }
+func (h turns) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h turns) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *turns) Push(x any)        { *h = append(*h, x.(turn)) }
+func (h *turns) Pop() any {
+	old := *h
+	last := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return last
+}
+
+// dispatcher is the Throttler's background loop and what it knows.
+type dispatcher struct {
+	once      sync.Once
+	closeOnce sync.Once
+	stop      chan struct{}
+	stopped   chan struct{}
+	wake      chan struct{}
+
+	mu     sync.Mutex
+	turns  turns
+	rooms  map[roomID]time.Time // rooms with a turn in turns, and when
+	closed bool
+}
+
+type roomID struct {
+	rule *Rule
+	key  string
+}
+
+// notYetAgain is how soon a task not yet in asynq's hands is tried again.
+const notYetAgain = 20 * time.Millisecond
+
+// at queues a turn and wakes the loop if it is the soonest. A room already
+// due sooner keeps its turn.
+func (t *Throttler) at(tn turn) { t.turnAt(tn, false) }
+
+// roomTurn queues a turn of a room that has none queued: a room the
+// dispatcher already serves keeps the turn its meter gave it.
+func (t *Throttler) roomTurn(rule *Rule, key string) {
+	t.turnAt(turn{at: time.Now(), rule: rule, key: key}, true)
+}
+
+func (t *Throttler) turnAt(tn turn, unlessQueued bool) {
+	d := &t.dispatch
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	if tn.rule != nil {
+		id := roomID{tn.rule, tn.key}
+		if due, ok := d.rooms[id]; ok && (unlessQueued || !due.After(tn.at)) {
+			d.mu.Unlock()
+			return
+		}
+		if d.rooms == nil {
+			d.rooms = map[roomID]time.Time{}
+		}
+		d.rooms[id] = tn.at
+	}
+	heap.Push(&d.turns, tn)
+	soonest := d.turns[0].at.Equal(tn.at)
+	d.mu.Unlock()
+	t.startDispatcher()
+	if soonest {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// startDispatcher starts the dispatcher, once.
+func (t *Throttler) startDispatcher() {
+	t.dispatch.once.Do(func() {
+		t.dispatch.stop = make(chan struct{})
+		t.dispatch.stopped = make(chan struct{})
+		t.dispatch.wake = make(chan struct{}, 1)
+		go t.dispatchLoop()
+	})
+}
+
+// dispatchLoop serves the turns until Close.
+func (t *Throttler) dispatchLoop() {
+	d := &t.dispatch
+	defer close(d.stopped)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-d.stop
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		for _, tn := range t.due(time.Now()) {
+			t.serve(ctx, tn)
+		}
+		next := time.Now().Add(time.Hour)
+		d.mu.Lock()
+		if len(d.turns) > 0 && d.turns[0].at.Before(next) {
+			next = d.turns[0].at
+		}
+		d.mu.Unlock()
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		case <-d.wake:
+		}
+		timer.Stop()
+	}
+}
+
+// due takes the turns that have come.
+func (t *Throttler) due(now time.Time) []turn {
+	d := &t.dispatch
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []turn
+	for len(d.turns) > 0 && !d.turns[0].at.After(now) {
+		tn := heap.Pop(&d.turns).(turn)
+		if tn.rule != nil {
+			id := roomID{tn.rule, tn.key}
+			if due, ok := d.rooms[id]; ok && due.Equal(tn.at) {
+				delete(d.rooms, id)
+			} else {
+				continue // superseded by a sooner turn of the same room
+			}
+		}
+		out = append(out, tn)
+	}
+	return out
+}
+
+// serve does one turn.
+func (t *Throttler) serve(ctx context.Context, tn turn) {
+	if tn.rule == nil {
+		moved, err := t.move(ctx, tn.queue, tn.id)
+		if err != nil || moved == laneNotYet {
+			tn.at = time.Now().Add(notYetAgain)
+			if err != nil {
+				tn.at = time.Now().Add(100 * time.Millisecond)
+			}
+			t.at(tn)
+		}
+		return
+	}
+	if next := t.releaseFrom(ctx, tn.rule, tn.key); !next.IsZero() {
+		t.at(turn{at: next, rule: tn.rule, key: tn.key})
+	}
+}
+
+// releaseFrom lets out of rule's room for key every waiter whose turn has
+// come, moving each to the head of its queue, and returns the room's next
+// turn (zero when it is empty). A waiter under along meters gets its slot
+// there booked, by its ticket, at the instant of its release; when one of
+// them has no room by then, the waiter goes back to its place, and its
+// flow is held back until that meter has room.
+func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) time.Time {
+	for range 32 {
+		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.laneLead())
+		if err != nil {
+			return time.Now().Add(100 * time.Millisecond)
+		}
+		if !rel.OK {
+			return rel.Due
+		}
+		t.noteAnswer()
+		parts := strings.Split(rel.Payload, "\x1f")
+		if len(parts) < 2 || len(parts)%2 != 0 {
+			_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter) // not ours to read
+			continue
+		}
+		queue, id := parts[0], parts[1]
+		if until, ok := t.bookAlong(ctx, rel, parts[2:]); !ok {
+			_ = gate.PutBack(ctx, rule.limiter, key, 1, rel, until)
+			continue
+		}
+		moved, err := t.move(ctx, queue, id)
+		if err != nil || moved == laneNotYet {
+			// Not in asynq's hands yet (or Redis failed): moved as soon as
+			// it is.
+			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id})
+		}
+	}
+	return time.Now()
+}
+
+// bookAlong books a released waiter's slot on its along meters (rule and
+// key pairs) at the instant of its release, by its ticket. When one of them
+// has no room then, it cancels what it booked and returns false and until
+// when the waiter's flow is to be held back.
+func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []string) (time.Time, bool) {
+	var booked []gate.Booking
+	for i := 0; i+1 < len(along); i += 2 {
+		r := t.rule(along[i])
+		if r == nil || r.limiter == nil {
+			continue // a rule this process does not know: its claim decides
+		}
+		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, 1, rel.Slot, alongSlack, ticketGrace)
+		if err == nil && b.OK {
+			booked = append(booked, b)
+			continue
+		}
+		for _, b := range booked {
+			_ = b.Cancel(ctx)
+		}
+		if err != nil {
+			return time.Now().Add(100 * time.Millisecond), false
+		}
+		return rel.Slot.Add(alongSlack + b.RetryAfter), false
+	}
+	return time.Time{}, true
+}
+
+// alongSlack is how much later than its release a waiter's slot on an along
+// meter may be booked: none, its starts are taken at one instant.
+const alongSlack = 0
+
+// rule returns the Throttler's rule named name, or nil.
+func (t *Throttler) rule(name string) *Rule {
+	for i := range t.rules {
+		if t.rules[i].name == name {
+			return &t.rules[i]
+		}
+	}
+	return nil
+}
+
+// laneLead is how long before its turn a task is moved to the head of its
+// queue: an idle worker's longest sleep between looks at its queues (1.5 ×
+// TaskCheckInterval) and a little for the move itself.
+func (t *Throttler) laneLead() time.Duration {
+	return time.Duration(t.poll.Load())*3/2 + 50*time.Millisecond
+}
+
+// Close stops the Throttler's dispatcher, which runs in the background once
+// the Throttler has sent a task back, and waits until it has stopped or ctx
+// ends. Tasks it would have brought back return through asynq's own retry
+// a little later (see the package documentation), or through another
+// process's dispatcher. Close is idempotent; a Throttler used after Close
+// sends tasks back without a dispatcher.
+func (t *Throttler) Close(ctx context.Context) error {
+	d := &t.dispatch
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.once.Do(func() {}) // none started: none will be
+	if d.stop == nil {
+		return nil
+	}
+	d.closeOnce.Do(func() { close(d.stop) })
+	select {
+	case <-d.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,364 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+	"github.com/redis/go-redis/v9"
+)
+
+// A scenario is a fleet of asynq servers working off tenants' backlogs of
+// throttled tasks, alone or while other work keeps every worker busy: what
+// issue 15's requirements and the Backlog benchmark measure.
+type scenario struct {
+	servers, concurrency int
+	// rules builds the throttler's rules on the scenario's client.
+	rules func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule
+	// tenants' backlogs, enqueued in order (each after its delay).
+	tenants []backlog
+	// work is how long a throttled task's handler runs.
+	work time.Duration
+	// filler, when set, keeps every worker busy with other tasks of this
+	// length, with busyAhead of the whole fleet's work queued ahead.
+	filler    time.Duration
+	busyAhead time.Duration
+}
+
+type backlog struct {
+	tenant string
+	tasks  int
+	after  time.Duration // enqueued this long after the first tenant's
+}
+
+// outcome is what a scenario measured.
+type outcome struct {
+	runs     []asynqtest.Run // the throttled tasks' starts
+	slots    map[string]time.Time
+	enqueued map[string]time.Time // each tenant's first enqueue
+	events   *asynqtest.Events
+	tasks    int
+	// roundTrips is the library's commands to Redis per throttled task
+	// (asynq's own are not counted).
+	roundTrips float64
+	offset     time.Duration
+	fillers    int64
+}
+
+// runScenario runs sc to its end on tg and returns what it measured.
+func runScenario(tb testing.TB, tg *redistest.Target, sc scenario) *outcome {
+	tb.Helper()
+	counter := &roundTrips{}
+	client := tg.NewClient(tb)
+	client.AddHook(counter)
+	out := &outcome{events: &asynqtest.Events{}, enqueued: map[string]time.Time{}}
+	th, err := worker.New(client, sc.rules(tb, client, tg.Prefix), worker.WithPrefix(tg.Prefix), worker.WithObserver(out.events), worker.WithLogger(nil))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = th.Close(context.Background()) })
+	var log asynqtest.RunLog
+	var fillers atomic.Int64
+	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if task.Type() == "filler" {
+			fillers.Add(1)
+			time.Sleep(sc.filler)
+			return nil
+		}
+		var p struct{ Tenant string }
+		_ = json.Unmarshal(task.Payload(), &p)
+		id, _ := asynq.GetTaskID(ctx)
+		log.AddRun(asynqtest.Run{ID: worker.OriginalTaskID(ctx, task), Key: p.Tenant, TaskID: id})
+		time.Sleep(sc.work)
+		return nil
+	})
+	f := asynqtest.NewFleet(tb, tg, 0, 0, th, nil)
+	stopFill := make(chan struct{})
+	var filling sync.WaitGroup
+	if sc.filler > 0 {
+		// Queue the work ahead, then keep it there.
+		ahead := int(sc.busyAhead * time.Duration(sc.servers*sc.concurrency) / sc.filler)
+		topUp := func() {
+			info, err := f.Inspector.GetQueueInfo(f.Queue)
+			pending := 0
+			if err == nil {
+				pending = info.Pending
+			}
+			for range ahead - pending {
+				if _, err := f.Client.Enqueue(asynq.NewTask("filler", nil), asynq.Queue(f.Queue)); err != nil {
+					return
+				}
+			}
+		}
+		topUp()
+		filling.Add(1)
+		go func() {
+			defer filling.Done()
+			for {
+				select {
+				case <-stopFill:
+					return
+				case <-time.After(100 * time.Millisecond):
+					topUp()
+				}
+			}
+		}()
+	}
+	tb.Cleanup(func() {
+		close(stopFill)
+		filling.Wait()
+	})
+	for range sc.servers {
+		f.AddServer(tb, sc.concurrency, th, handler)
+	}
+	start := time.Now()
+	for _, b := range sc.tenants {
+		time.Sleep(time.Until(start.Add(b.after)))
+		out.enqueued[b.tenant] = time.Now()
+		for i := range b.tasks {
+			f.Enqueue(tb, "partner:sync", map[string]string{"tenant": b.tenant, "n": fmt.Sprint(i)})
+			out.tasks++
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for log.Count() < out.tasks {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d throttled tasks ran in 5 minutes; events %v", log.Count(), out.tasks, out.events.ByKind())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out.runs = log.Snapshot()
+	out.slots = out.events.Slots()
+	out.roundTrips = float64(counter.n.Load()) / float64(out.tasks)
+	out.offset = redistest.ClockOffset(tb, tg.Client)
+	out.fillers = fillers.Load()
+	return out
+}
+
+// byTenant returns each tenant's runs.
+func (o *outcome) byTenant() map[string][]asynqtest.Run {
+	m := map[string][]asynqtest.Run{}
+	for _, r := range o.runs {
+		m[r.Key] = append(m[r.Key], r)
+	}
+	return m
+}
+
+// admissions returns the admissions of runs on the Redis clock, in order.
+func (o *outcome) admissions(runs []asynqtest.Run) []time.Time {
+	var at []time.Time
+	for _, r := range runs {
+		if s, ok := o.slots[r.TaskID]; ok {
+			at = append(at, s)
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	return at
+}
+
+// rate returns the admissions per second of runs between from and to (on
+// the Redis clock), or over all of them when from is zero.
+func (o *outcome) rate(runs []asynqtest.Run, from, to time.Time) float64 {
+	at := o.admissions(runs)
+	if from.IsZero() {
+		if len(at) < 2 {
+			return 0
+		}
+		return float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
+	}
+	n := 0
+	for _, a := range at {
+		if !a.Before(from) && a.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+// trips returns how often a throttled task went back to asynq because of
+// throttling, on average: a retry or a hand-over copy.
+func (o *outcome) trips() float64 {
+	return float64(o.events.Count(worker.Rescheduled)) / float64(o.tasks)
+}
+
+// mostInASecond returns the most admissions of runs in any 1 s window on
+// the Redis clock.
+func (o *outcome) mostInASecond(runs []asynqtest.Run) int {
+	return asynqtest.MostInAnyTimeWindow(o.admissions(runs), time.Second)
+}
+
+// report logs a figures line for each tenant and the scenario.
+func (o *outcome) report(tb testing.TB, name string) {
+	tb.Helper()
+	tenants := o.byTenant()
+	names := make([]string, 0, len(tenants))
+	for k := range tenants {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		runs := tenants[k]
+		first := runs[0].At.Sub(o.enqueued[k])
+		tb.Logf("figures: %s: tenant %s: %d tasks at %.1f/s, most %d in any second, first start %s after its first enqueue",
+			name, k, len(runs), o.rate(runs, time.Time{}, time.Time{}), o.mostInASecond(runs), first.Round(time.Millisecond))
+	}
+	tb.Logf("figures: %s: %d tasks, %.2f trips through asynq per task, %.2f Redis round trips per task, %d other tasks ran meanwhile; events %v",
+		name, o.tasks, o.trips(), o.roundTrips, o.fillers, o.events.ByKind())
+}
+
+// gcra returns a GCRA limiter of n per second, burst 1, on client.
+func gcra(tb testing.TB, client redis.UniversalClient, prefix string, n int) *throttle.Limiter {
+	tb.Helper()
+	l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(n), Burst: 1}, throttle.WithPrefix(prefix))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// perTenant is one rule: n per second per tenant.
+func perTenant(n int) func(testing.TB, redis.UniversalClient, string) []worker.Rule {
+	return func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
+		return []worker.Rule{worker.Rate("tenant", worker.Type("partner:sync"), gcra(tb, client, prefix, n), worker.KeyBy(worker.ByPayloadField("tenant")))}
+	}
+}
+
+// TestIdleFleetHoldsAndAchievesTheRate: one tenant's backlog of 60 tasks
+// under 10/s on an idle fleet gets at least 95% of its rate, never more
+// than the limit in any second, with at most one trip through asynq per
+// task.
+func TestIdleFleetHoldsAndAchievesTheRate(t *testing.T) {
+	tg := redistest.New(t)
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenant(10), work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "t1", tasks: 60}}})
+	out.report(t, "idle, one rule")
+	runs := out.byTenant()["t1"]
+	asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 11)
+	if rate := out.rate(runs, time.Time{}, time.Time{}); rate < 0.95*10 {
+		t.Errorf("the tenant got %.2f/s; want at least 95%% of 10/s", rate)
+	}
+	if trips := out.trips(); trips > 1.0 {
+		t.Errorf("%.2f trips through asynq per task; want at most 1 on an idle fleet", trips)
+	}
+}
+
+// TestBusyFleetHoldsAndAchievesTheRate: the same while other tasks keep
+// every worker busy, with 2 s of the whole fleet's work queued ahead of
+// any task sent back: the tenant still gets at least 90% of its rate,
+// never more than the limit, with at most 1.5 trips per task.
+func TestBusyFleetHoldsAndAchievesTheRate(t *testing.T) {
+	tg := redistest.New(t)
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenant(10), work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "t1", tasks: 60}}, filler: 100 * time.Millisecond, busyAhead: 2 * time.Second})
+	out.report(t, "busy, one rule")
+	runs := out.byTenant()["t1"]
+	asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 11)
+	if rate := out.rate(runs, time.Time{}, time.Time{}); rate < 0.90*10 {
+		t.Errorf("the tenant got %.2f/s; want at least 90%% of 10/s", rate)
+	}
+	if trips := out.trips(); trips > 1.5 {
+		t.Errorf("%.2f trips through asynq per task; want at most 1.5 on a busy fleet", trips)
+	}
+}
+
+// perTenantAndOverall is two rules: n per second per tenant, and overall
+// per second over all tenants, shared fairly by tenant when fair is set.
+func perTenantAndOverall(n, overall int, fair bool) func(testing.TB, redis.UniversalClient, string) []worker.Rule {
+	return func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
+		opts := []worker.RuleOption{worker.KeyBy(worker.Constant("all"))}
+		if fair {
+			opts = append(opts, worker.FairBy(worker.ByPayloadField("tenant")))
+		}
+		return []worker.Rule{
+			worker.Rate("tenant", worker.Type("partner:sync"), gcra(tb, client, prefix, n), worker.KeyBy(worker.ByPayloadField("tenant"))),
+			worker.Rate("overall", worker.Type("partner:sync"), gcra(tb, client, prefix, overall), opts...),
+		}
+	}
+}
+
+// TestBusyFleetHoldsEveryRule: two tenants' backlogs under 10/s per
+// tenant and 20/s overall, while other work keeps every worker busy: every
+// rule holds on the Redis clock (no tenant above 11 in any second, the two
+// together not above 21), each tenant gets at least 90% of its rate, with
+// at most 1.5 trips through asynq per task.
+func TestBusyFleetHoldsEveryRule(t *testing.T) {
+	tg := redistest.New(t)
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenantAndOverall(10, 20, false), work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "t1", tasks: 50}, {tenant: "t2", tasks: 50}}, filler: 100 * time.Millisecond, busyAhead: 2 * time.Second})
+	out.report(t, "busy, per tenant and overall")
+	for tenant, runs := range out.byTenant() {
+		asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 11)
+		if rate := out.rate(runs, time.Time{}, time.Time{}); rate < 0.90*10 {
+			t.Errorf("tenant %s got %.2f/s; want at least 90%% of 10/s", tenant, rate)
+		}
+	}
+	if most := out.mostInASecond(out.runs); most > 21 {
+		t.Errorf("%d admissions in one second over both tenants; the overall rule allows 21", most)
+	}
+	if trips := out.trips(); trips > 1.5 {
+		t.Errorf("%.2f trips through asynq per task; want at most 1.5 on a busy fleet", trips)
+	}
+}
+
+// TestFairShares: overall 30/s shared fairly by tenant, each tenant also
+// held to 20/s; one tenant enqueues ten times as much as two others, and
+// first. While all three have a backlog each gets 10/s ± 20%, a newcomer's
+// first task starts within 2 s of being enqueued, and the overall limit is
+// used at least 95%.
+func TestFairShares(t *testing.T) {
+	tg := redistest.New(t)
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenantAndOverall(20, 30, true), work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "big", tasks: 300}, {tenant: "small-1", tasks: 30, after: time.Second}, {tenant: "small-2", tasks: 30, after: time.Second}}})
+	out.report(t, "fair shares")
+	tenants := out.byTenant()
+	for _, small := range []string{"small-1", "small-2"} {
+		if first := tenants[small][0].At.Sub(out.enqueued[small]); first > 2*time.Second {
+			t.Errorf("newcomer %s's first task started %s after it was enqueued; want within 2 s", small, first)
+		}
+	}
+	// The three share while the two small ones have a backlog: from the
+	// newcomers' first admissions to the first of their last ones.
+	s1, s2 := out.admissions(tenants["small-1"]), out.admissions(tenants["small-2"])
+	from := s1[0]
+	if s2[0].After(from) {
+		from = s2[0]
+	}
+	to := s1[len(s1)-1]
+	if s2[len(s2)-1].Before(to) {
+		to = s2[len(s2)-1]
+	}
+	from, to = from.Add(200*time.Millisecond), to.Add(-200*time.Millisecond)
+	if to.Sub(from) < time.Second {
+		t.Fatalf("the three tenants shared for %s only; the test needs longer", to.Sub(from))
+	}
+	total := 0.0
+	for _, tenant := range []string{"big", "small-1", "small-2"} {
+		rate := out.rate(tenants[tenant], from, to)
+		total += rate
+		t.Logf("figures: fair shares: tenant %s: %.1f/s while all three had a backlog (%s)", tenant, rate, to.Sub(from).Round(time.Millisecond))
+		if rate < 8 || rate > 12 {
+			t.Errorf("tenant %s got %.1f/s while all three had a backlog; want 10/s ± 20%%", tenant, rate)
+		}
+	}
+	if total < 0.95*30 {
+		t.Errorf("the overall limit was used at %.1f/s; want at least 95%% of 30/s", total)
+	}
+	for tenant, runs := range tenants {
+		asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 21)
+		_ = tenant
+	}
+	if most := out.mostInASecond(out.runs); most > 31 {
+		t.Errorf("%d admissions in one second over all tenants; the overall rule allows 31", most)
+	}
+}

@@ -1,0 +1,159 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// ticketGrace is how long after its slot a booking of the lead meter may
+// still be claimed by the task that made it: a task coming back late (every
+// worker busy) still finds it, and starts in the gap it left.
+const ticketGrace = 5 * time.Minute
+
+// roomFallback is added to a waiter's estimated wait for the time asynq
+// itself brings it back if no dispatcher lets it out first.
+const roomFallback = 10 * time.Second
+
+// goBack returns a refused task to asynq, to be back at due: through the
+// return lane, ahead of its queue's backlog, when lane is set (due is then
+// its turn: asynq's own retry time is laneFallback later); as a
+// *ThrottledError for asynq's retry set; as a *GaveUpError when the rule's
+// give-up policy says so; or, for a task with no retries left, handed over
+// to a copy of itself.
+func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.Time, lane bool) error {
+	if gave := t.giveUp(ctx, tk, r); gave != nil {
+		return gave
+	}
+	lane = lane && tk.queue != "" && tk.id != ""
+	retryAt := due
+	if lane {
+		retryAt = due.Add(laneFallback)
+	}
+	if tk.last {
+		if err := t.handOver(ctx, tk, r.rule.name, r.key, retryAt); err != nil {
+			return err
+		}
+		if lane {
+			t.toLane(tk.queue, tk.copyID(), due)
+		}
+		return nil
+	}
+	if lane {
+		t.toLane(tk.queue, tk.id, due)
+	}
+	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(due), Err: r.err})
+	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(due), until: retryAt}
+}
+
+// wait puts a task refused by a meter's room in that room, to be let out
+// by a dispatcher when its turn comes (see dispatch.go), and sends it back
+// to asynq meanwhile, with a retry time well past its estimated turn, for
+// the case that no dispatcher lets it out. The dispatcher books its slot
+// on its along meters when it lets it out; its flow is the rule's FairBy
+// flow, or else its key in its first along meter (its tenant, typically),
+// or else the room's key.
+func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
+	if tk.queue == "" || tk.id == "" {
+		// Outside an asynq server nothing could let it out: back later.
+		r.how = waitOrRetry
+		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	}
+	if gave := t.giveUp(ctx, tk, r); gave != nil {
+		return gave
+	}
+	rules := t.matching(tk.Task)
+	roles := meterRoles(rules)
+	flow, weight := "", 1
+	id := tk.id
+	if tk.last {
+		id = tk.copyID()
+	}
+	parts := []string{tk.queue, id}
+	for i, role := range roles {
+		if role == alongMeter {
+			parts = append(parts, rules[i].name, tk.keys[i])
+			if flow == "" {
+				flow = tk.keys[i]
+			}
+		}
+	}
+	if flow == "" {
+		flow = r.key
+	}
+	if r.rule.fair != nil {
+		var err error
+		if flow, weight, err = r.rule.fair.flowOf(tk.Task); err != nil {
+			return t.noKey(tk, r.rule, err)
+		}
+	}
+	eligible := time.Now().Add(r.leadWait)
+	size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), flow, weight, r.leadWait, strings.Join(parts, "\x1f"))
+	if err != nil {
+		r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
+		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	}
+	t.roomTurn(r.rule, r.key)
+	fallback := eligible.Add(2*time.Duration(size)*r.rule.interval() + roomFallback)
+	if tk.last {
+		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
+	}
+	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(fallback)})
+	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(fallback), until: fallback}
+}
+
+// giveUp counts a throttle of the task against its rule's give-up policy,
+// and when the policy gives up, gives back what the task kept for its
+// return and returns the *GaveUpError to end it with; nil otherwise.
+func (t *Throttler) giveUp(ctx context.Context, tk *task, r *refusal) error {
+	rule := r.rule
+	if !rule.giveUp.enabled() || r.err != nil {
+		return nil
+	}
+	n, since, err := t.countThrottle(ctx, rule, tk.origin)
+	if err != nil || !rule.giveUp.givesUp(n, since) {
+		return nil
+	}
+	t.forgetKept(ctx, tk)
+	t.observe(Event{Kind: GaveUp, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Throttles: n})
+	return &GaveUpError{Rule: rule.name, Key: r.key, Throttles: n, ThrottledFor: since, drop: rule.giveUp.Action == GiveUpDrop}
+}
+
+// forgetKept gives back what a task given up on kept for its return: its
+// bookings of lead meters, its places in rooms.
+func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
+	if tk.ticket == "" {
+		return
+	}
+	rules := t.matching(tk.Task)
+	roles := meterRoles(rules)
+	for i, rule := range rules {
+		switch roles[i] {
+		case leadMeter, alongMeter:
+			// Asked again with its ticket and no room to wait, the limiter
+			// returns the standing booking (or, if there is none, books the
+			// present if it can): either way, cancelling it gives it back.
+			if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, 1, 0); err == nil && res.OK {
+				_ = res.Cancel(ctx)
+			}
+		case roomMeter:
+			_ = gate.LeaveRoom(ctx, rule.limiter, tk.keys[i], tk.waiterID())
+		}
+	}
+}
+
+// copyID is the ID of the hand-over copy the task would be handed to.
+func (tk *task) copyID() string { return fmt.Sprintf("%s~%d", tk.origin, tk.copies+1) }
+
+// noKey fails a task for which a rule's key function found no key: it
+// fails without retries, its payload will not change.
+func (t *Throttler) noKey(tk *task, r *Rule, err error) error {
+	t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.name, Err: err})
+	return fmt.Errorf("worker: rule %q: %w: %w", r.name, err, asynq.SkipRetry)
+}
