@@ -1,22 +1,50 @@
--- concurrency.lua: at most limit holders of a key at once. Holders are
--- members of a sorted set scored by the instant their lease expires; a
--- holder that stops renewing drops out when its lease runs out.
+-- concurrency.lua: at most limit holders of a key at once, and a line of
+-- waiters, first come, first served. Holders are members of a sorted set
+-- scored by the instant their lease expires; a holder that stops renewing
+-- drops out when its lease runs out. Waiters stand in line in the order
+-- they came; a waiter that stops showing itself (its entry's expiry passes)
+-- drops out too. While anyone waits, a slot goes to the first waiters in
+-- line, not to a caller that does not wait.
+--
+-- A waiter waits in one of three ways: inline ('i'), woken by a message on
+-- the key's channel when a slot is freed for it; parked ('p'), away (a
+-- task sent back to its queue), with a payload that says where; or called
+-- ('c'): a parked waiter near the head of the line, whose payload a release
+-- hands to its caller to bring it back in time. A freed slot goes to the
+-- first waiter in line that is there (inline): one away keeps its place,
+-- and is served in it once back, but does not hold a slot idle meanwhile.
 --
 -- KEYS[1]  sorted set of holders: member = holder id, score = lease expiry
 --          in microseconds
+-- KEYS[2]  the line: sorted set of waiter ids by order of coming
+-- KEYS[3]  the waiters: hash of waiter id -> "<expiry us>|<way>|<payload>";
+--          field '#' counts the waiters that came
 -- ARGV[1]  mode: 0 acquire, 1 peek (count only, write nothing),
---          2 release, 3 renew
--- ARGV[2]  holder id (acquire, release, renew)
+--          2 release, 3 renew, 4 wait, 5 park, 6 leave the line
+-- ARGV[2]  holder id (acquire, release, renew, wait), waiter id (park,
+--          leave)
 -- ARGV[3]  limit, the most holders at once
 -- ARGV[4]  lease length in microseconds
+-- ARGV[5]  release, leave: the channel to wake inline waiters on
+--          wait, park: how long the entry lasts unless shown again, us
+-- ARGV[6]  wait: the waiter id; park: the payload
+-- ARGV[7]  release, leave: how far down the line parked waiters are
+--          called, beyond the slots free
 -- Returns  {ok (0|1), free slots, retry_after_us, reset_after_us, now_us}
---          acquire: ok = acquired; when full, retry_after_us estimates the
---            wait as the time until the oldest lease runs out
---          release: ok = the lease was still held (0: it had expired)
+--          acquire: ok = acquired; when full (or others wait), retry_after
+--            estimates the wait as the time until the oldest lease runs out
+--          release: ok = the lease was still held (0: it had expired);
+--            the payloads of the waiters called follow
 --          renew: ok = the lease was still held and now runs lease again
+--          wait: ok = acquired (the waiter leaves the line); else a sixth
+--            value, the waiters there (inline) ahead of it, and a seventh,
+--            1 when it had been called
+--          park, leave: ok = it stood in line
 --          reset_after_us: until the last current lease runs out
 
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
+local MODE_WAIT, MODE_PARK, MODE_LEAVE = 4, 5, 6
+local SCAN = 256 -- waiters looked at per call, at most
 local mode = tonumber(ARGV[1])
 local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
@@ -49,6 +77,75 @@ local function prune()
   end
 end
 
+-- entry splits a waiter's entry into expiry, way and payload.
+local function entry(info)
+  local bar = string.find(info, '|', 1, true)
+  return tonumber(string.sub(info, 1, bar - 1)), string.sub(info, bar + 1, bar + 1), string.sub(info, bar + 3)
+end
+
+-- line walks the line from its head, dropping waiters whose entry expired,
+-- and calls visit(id, way, payload, position) for each live one (position
+-- counts from 0) until visit returns true. Returns the live waiters seen.
+local function line(visit)
+  local ids = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
+  local seen = 0
+  for i = 1, #ids do
+    local info = redis.call('HGET', KEYS[3], ids[i])
+    local expiry, way, payload = 0, '', ''
+    if info then
+      expiry, way, payload = entry(info)
+    end
+    if expiry <= now then
+      redis.call('ZREM', KEYS[2], ids[i])
+      redis.call('HDEL', KEYS[3], ids[i])
+    else
+      if visit(ids[i], way, payload, seen) then
+        return seen
+      end
+      seen = seen + 1
+    end
+  end
+  return seen
+end
+
+-- keep renews the line's keys' expiry to outlive the entry written.
+local function keep(ttl)
+  for i = 2, 3 do
+    if redis.call('PTTL', KEYS[i]) < ceil_div(ttl, 1000) then
+      redis.call('PEXPIRE', KEYS[i], ttl_ms(ttl))
+    end
+  end
+end
+
+-- wake hands the free slots to the first waiters in line: inline ones are
+-- woken on the channel, and parked ones as far as `ahead` beyond the free
+-- slots are called (their payloads returned).
+local function wake(reply, channel, ahead)
+  local free = limit - live()
+  if free <= 0 and ahead <= 0 then
+    return reply
+  end
+  local woken = {}
+  line(function(id, way, payload, position)
+    if position >= free + ahead and #woken >= free then
+      return true
+    end
+    if way == 'i' and #woken < free then
+      woken[#woken + 1] = id
+    elseif way == 'p' and position < free + ahead then
+      local info = redis.call('HGET', KEYS[3], id)
+      local expiry = entry(info)
+      redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
+      reply[#reply + 1] = payload
+    end
+    return false
+  end)
+  if #woken > 0 then
+    redis.call('PUBLISH', channel, table.concat(woken, ','))
+  end
+  return reply
+end
+
 if mode == MODE_RELEASE or mode == MODE_RENEW then
   local score = redis.call('ZSCORE', KEYS[1], holder)
   local held = score and tonumber(score) > now
@@ -62,13 +159,81 @@ if mode == MODE_RELEASE or mode == MODE_RENEW then
   if held then
     ok = 1
   end
-  return {ok, math.max(0, limit - live()), 0, until_last(), now}
+  local reply = {ok, math.max(0, limit - live()), 0, until_last(), now}
+  if mode == MODE_RELEASE then
+    return wake(reply, ARGV[5], tonumber(ARGV[7]))
+  end
+  return reply
+end
+
+if mode == MODE_PARK or mode == MODE_LEAVE then
+  local id = ARGV[2]
+  local there = redis.call('HEXISTS', KEYS[3], id)
+  if mode == MODE_LEAVE then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]))
+  end
+  if there == 1 then
+    local ttl = tonumber(ARGV[5])
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|p|' .. ARGV[6])
+    keep(ttl)
+  end
+  return {there, math.max(0, limit - live()), 0, until_last(), now}
 end
 
 local count = live()
-if count >= limit then
-  local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], open, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return {0, 0, tonumber(oldest[2]) - now, until_last(), now}
+local oldest = function()
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], open, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 then
+    return 0
+  end
+  return tonumber(first[2]) - now
+end
+
+if mode == MODE_WAIT then
+  local id, ttl = ARGV[6], tonumber(ARGV[5])
+  local info = redis.call('HGET', KEYS[3], id)
+  local called = 0
+  if info then
+    local _, way, payload = entry(info)
+    if way == 'c' then
+      called = 1
+    end
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. payload)
+  else
+    local order = redis.call('HINCRBY', KEYS[3], '#', 1)
+    redis.call('ZADD', KEYS[2], order, id)
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|')
+  end
+  keep(ttl)
+  local ahead = 0 -- waiters in line before it, and here: those away do not count
+  line(function(other, way)
+    if other == id then
+      return true
+    end
+    if way == 'i' then
+      ahead = ahead + 1
+    end
+    return false
+  end)
+  if count < limit and ahead < limit - count then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('ZADD', KEYS[1], int(now + lease), holder)
+    prune()
+    return {1, limit - count - 1, 0, until_last(), now, 0, called}
+  end
+  return {0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called}
+end
+
+-- acquire or peek: while anyone waits in line, the slots are theirs.
+local waiting = 0
+if count < limit then
+  waiting = line(function() return false end)
+end
+if count >= limit or waiting > 0 then
+  return {0, math.max(0, limit - count - waiting), oldest(), until_last(), now}
 end
 if mode == MODE_ACQUIRE then
   redis.call('ZADD', KEYS[1], int(now + lease), holder)

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/lua"
@@ -54,7 +56,13 @@ type ConcurrencyLimiter struct {
 	conn
 	policy Concurrency
 	id     string
-	params []any // ARGV[3:] of the script: limit, lease
+	params []any // ARGV[3:5] of the script: limit, lease
+
+	wakerOnce sync.Once
+	waker     *waker // the line's wake-ups, see line.go
+	// onCall receives the payloads of parked waiters called back (set by
+	// the worker through internal/gate).
+	onCall atomic.Pointer[func(payload string)]
 }
 
 // NewConcurrencyLimiter returns a ConcurrencyLimiter applying p through
@@ -87,10 +95,11 @@ func (c *ConcurrencyLimiter) Key(callerKey string) string {
 }
 
 // Acquire takes one of key's slots and returns its Lease, renewed in the
-// background until Release. When all slots are held it returns a nil Lease
-// and a Result with Allowed false whose RetryAfter estimates the wait: the
-// time until the oldest lease runs out (a holder may release sooner, or
-// renew). Release every Lease, typically with defer.
+// background until Release. When all slots are held, or others wait for
+// them in [ConcurrencyLimiter.AcquireWait], it returns a nil Lease and a
+// Result with Allowed false whose RetryAfter estimates the wait: the time
+// until the oldest lease runs out (a holder may release sooner, or renew).
+// Release every Lease, typically with defer.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (*Lease, Result, error) {
 	start := c.began()
 	lease, r, err := c.acquire(ctx, key)
@@ -130,19 +139,20 @@ func (c *ConcurrencyLimiter) Peek(ctx context.Context, key string) (Result, erro
 	return resultOf(reply, c.policy.Limit), nil
 }
 
-// Reset drops every holder of key. Their leases find out at their next
-// renewal and report [ErrLeaseLost].
+// Reset drops every holder of key, and its line of waiters. The leases
+// find out at their next renewal and report [ErrLeaseLost]; waiters in
+// AcquireWait stand in line again at their next look.
 func (c *ConcurrencyLimiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	return c.del(ctx, c.Key(key))
+	return c.del(ctx, c.lineKeys(key)...)
 }
 
 // run runs the concurrency script for one holder of key.
 func (c *ConcurrencyLimiter) run(ctx context.Context, mode, key, holder string) (reply, error) {
 	args := append([]any{mode, holder}, c.params...)
-	return c.eval(ctx, concurrencyScript, []string{c.Key(key)}, args)
+	return c.eval(ctx, concurrencyScript, c.lineKeys(key), args)
 }
 
 // newHolderID returns a random identity for one lease.

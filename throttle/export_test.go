@@ -1,5 +1,7 @@
 package throttle
 
+import "context"
+
 // ServerTime returns the Redis clock, in Unix microseconds, at which r was
 // decided: tests feed it to the reference models.
 func ServerTime(r Result) int64 { return r.serverTime }
@@ -31,3 +33,9 @@ func Queued(l *Limiter) int {
 // CoalesceLanes is how many round trips a coalescing Limiter sends before
 // callers queue.
 const CoalesceLanes = coalesceLanes
+
+// LineLen returns how many waiters stand in key's line of c.
+func LineLen(ctx context.Context, c *ConcurrencyLimiter, key string) (int, error) {
+	n, err := c.client.ZCard(ctx, c.Key(key)+lineSuffix).Result()
+	return int(n), err
+}

@@ -76,16 +76,16 @@ func (l *Lease) Release(ctx context.Context) error {
 			return
 		}
 		c := l.limiter
-		var reply reply
+		var held bool
 		err := c.cleanup(ctx, func(ctx context.Context) error {
 			var err error
-			reply, err = c.run(ctx, modeRelease, l.key, l.holder)
+			held, err = c.release(ctx, l.key, l.holder)
 			return err
 		})
 		switch {
 		case err != nil:
 			l.releaseErr = c.unavailable(ctx, err)
-		case reply.v[0] == 0:
+		case !held:
 			l.markLost()
 			l.releaseErr = fmt.Errorf("%w: the lease on %q had run out before Release", ErrLeaseLost, l.key)
 		}

@@ -12,7 +12,6 @@ import (
 func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, error) {
 	started := time.Now()
 	roles := meterRoles(rules)
-	backoff := 25 * time.Millisecond
 	var slept time.Duration
 	var waitedFor cause // the rule and key of the last inline wait
 	for {
@@ -40,13 +39,12 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 			return nil, t.goBack(ctx, tk, r, time.Now().Add(r.retryAfter-t.laneLead()), true)
 		case enterRoom:
 			return nil, t.wait(ctx, tk, r)
+		case parkInLine:
+			return nil, t.park(ctx, tk, r)
 		}
 		// Wait inline when the rule will say yes soon enough: a window that
-		// turns over, or a concurrency slot polled for with a backoff.
+		// turns over.
 		wait := r.retryAfter
-		if r.rule.conc != nil && r.err == nil {
-			wait, backoff = min(backoff, r.retryAfter), min(2*backoff, 250*time.Millisecond)
-		}
 		if wait <= budget {
 			if err := sleep(ctx, wait); err != nil {
 				return nil, err

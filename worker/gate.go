@@ -67,10 +67,12 @@ type refusal struct {
 	retryAfter time.Duration
 	// how: what the task does about it; see the constants.
 	how int
-	// leadWait: entering a room (how), the task waits for its lead meter
+	// leadWait: entering a room (how), the task waits for another meter
 	// too, which has no room for this long.
 	leadWait time.Duration
-	err      error // set when Redis could not decide
+	// ahead: parking in a cap's line (how), how many waited before it.
+	ahead int
+	err   error // set when Redis could not decide
 }
 
 // What a refused task does.
@@ -78,6 +80,7 @@ const (
 	waitOrRetry = iota // wait inline for retryAfter, or go back for it (with a spread)
 	enterRoom          // the rule's room decides: wait in it
 	comeBack           // the task holds its capacity; its start is retryAfter away
+	parkInLine         // the cap's line: park in it, to be called back
 )
 
 // unavailableBackoff is how long a task waits before asking again when
@@ -142,20 +145,28 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
 		return p
 	}
+	// Concurrency caps: the task waits in the cap's line, inline for as long
+	// as its budget allows (woken as soon as a slot is freed for it), and
+	// parks beyond that (see parkInLine).
+	started := time.Now()
 	for i, r := range rules {
 		if r.conc == nil {
 			continue
 		}
-		lease, res, err := r.conc.Acquire(ctx, tk.keys[i])
+		got, ahead, err := gate.CapWait(ctx, r.conc, tk.keys[i], tk.waiterID(), budget-time.Since(started))
 		if err != nil {
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
-		if lease == nil {
-			return refuse(r, tk.keys[i], res.RetryAfter, waitOrRetry, nil)
+		if got == nil {
+			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead}
+			p.giveBack(ctx)
+			return p
 		}
+		lease := got.(*throttle.Lease)
 		p.leases = append(p.leases, held{lease, r, tk.keys[i]})
 		p.degraded = p.degraded || lease.Degraded()
 	}
+	budget = max(0, budget-time.Since(started))
 	for i, r := range rules {
 		if r.limiter == nil || roles[i] != 0 {
 			continue
@@ -326,10 +337,11 @@ func (tk *task) waiterID() string {
 	return tk.id
 }
 
-// comeBackAfter is how long a task refused by a window or a concurrency
-// cap stays away: the refusal's wait plus a random spread of up to as much
-// again (1 s to 30 s), so that tasks turned away together do not return
-// together; a full concurrency cap is asked again after about a second.
+// comeBackAfter is how long a task refused by a window (or a cap, outside
+// an asynq server) stays away: the refusal's wait plus a random spread of
+// up to as much again (1 s to 30 s), so that tasks turned away together do
+// not return together; a full concurrency cap is asked again after about a
+// second.
 func comeBackAfter(r *refusal) time.Duration {
 	if r.rule.conc != nil && r.err == nil {
 		return time.Second + rand.N(time.Second)

@@ -108,6 +108,61 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(fallback), until: fallback}
 }
 
+// park leaves a task refused by a full concurrency cap in the cap's line,
+// marked away, and sends it back to asynq: a release that frees a slot near
+// its place calls it back (moving it to the head of its queue, see
+// callBack), in time to wait inline for its turn. Its retry time is
+// parkFallback away, for the case that nobody calls it; it keeps its place
+// in line until a little after.
+func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
+	leave := func() { gate.CapLeave(ctx, r.rule.conc, r.key, tk.waiterID()) }
+	if tk.queue == "" || tk.id == "" {
+		// Outside an asynq server nothing could call it back.
+		leave()
+		r.how = waitOrRetry
+		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	}
+	if gave := t.giveUp(ctx, tk, r); gave != nil {
+		leave()
+		return gave
+	}
+	id := tk.id
+	if tk.last {
+		id = tk.copyID()
+	}
+	fallback := time.Now().Add(parkFallback)
+	if err := gate.CapPark(ctx, r.rule.conc, r.key, tk.waiterID(), tk.queue+"\x1f"+id, parkFallback+parkMargin); err != nil {
+		leave()
+		r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
+		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	}
+	if tk.last {
+		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
+	}
+	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: parkFallback})
+	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: parkFallback, until: fallback}
+}
+
+// A task parked in a cap's line comes back by asynq's own retry after
+// parkFallback if no release calls it back first; its place in line is
+// kept parkMargin longer.
+const (
+	parkFallback = 10 * time.Second
+	parkMargin   = 10 * time.Second
+)
+
+// callBack brings back a parked task a cap's release called: payload is
+// its queue and asynq ID. It is moved to the head of its queue by the
+// dispatcher.
+func (t *Throttler) callBack(payload string) {
+	queue, id, ok := strings.Cut(payload, "\x1f")
+	if !ok {
+		return
+	}
+	t.at(turn{at: time.Now(), queue: queue, id: id})
+}
+
 // giveUp counts a throttle of the task against its rule's give-up policy,
 // and when the policy gives up, gives back what the task kept for its
 // return and returns the *GaveUpError to end it with; nil otherwise.
@@ -126,7 +181,7 @@ func (t *Throttler) giveUp(ctx context.Context, tk *task, r *refusal) error {
 }
 
 // forgetKept gives back what a task given up on kept for its return: its
-// bookings of lead meters, its places in rooms.
+// bookings of meters, its places in rooms and in caps' lines.
 func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 	if tk.ticket == "" {
 		return
@@ -134,6 +189,10 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 	rules := t.matching(tk.Task)
 	roles := meterRoles(rules)
 	for i, rule := range rules {
+		if rule.conc != nil {
+			gate.CapLeave(ctx, rule.conc, tk.keys[i], tk.waiterID())
+			continue
+		}
 		switch roles[i] {
 		case leadMeter, alongMeter:
 			// Asked again with its ticket and no room to wait, the limiter

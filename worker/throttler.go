@@ -92,6 +92,11 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			t.sameRedis = false
 		}
 	}
+	for _, r := range rules {
+		if r.conc != nil {
+			gate.OnCapCall(r.conc, t.callBack)
+		}
+	}
 	t.forwarder.Store(int64(asynqForwarder))
 	t.poll.Store(int64(asynqPoll))
 	return t, nil

@@ -150,6 +150,21 @@ var (
 	BookAt func(ctx context.Context, limiter any, key, ticket string, n int, at time.Time, slack, grace time.Duration) (Booking, error)
 	// LeaveRoom removes a waiter, or a release nobody came for.
 	LeaveRoom func(ctx context.Context, limiter any, key, waiter string) error
+	// CapWait stands waiter in the line of a *throttle.ConcurrencyLimiter's
+	// key until it gets a slot (its *throttle.Lease), ctx ends (an error)
+	// or budget runs out (nil, nil: the waiter stays in line; park it or
+	// let it leave). A waiter called back from parking waits without a
+	// budget. ahead is how many waited before it at the last look.
+	CapWait func(ctx context.Context, limiter any, key, waiter string, budget time.Duration) (lease any, ahead int, err error)
+	// CapPark marks a waiter in line as away for ttl: a release that frees
+	// a slot near its place calls it back, handing payload to the
+	// limiter's OnCapCall function.
+	CapPark func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error
+	// CapLeave takes a waiter out of the line.
+	CapLeave func(ctx context.Context, limiter any, key, waiter string)
+	// OnCapCall sets the function that brings back parked waiters called
+	// by the limiter's releases.
+	OnCapCall func(limiter any, fn func(payload string))
 	// ClientOf returns the client a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any

@@ -1,0 +1,290 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the line of waiters of a ConcurrencyLimiter key (see
+// lua/concurrency.lua): AcquireWait, and what the worker needs of it
+// through internal/gate.
+
+func init() {
+	gate.CapWait = func(ctx context.Context, limiter any, key, waiter string, budget time.Duration) (any, int, error) {
+		c, ok := limiter.(*ConcurrencyLimiter)
+		if !ok {
+			return nil, 0, fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
+		}
+		lease, ahead, err := c.waitInLine(ctx, key, waiter, max(budget, 0))
+		if lease == nil {
+			return nil, ahead, err
+		}
+		return lease, ahead, err
+	}
+	gate.CapPark = func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error {
+		c, ok := limiter.(*ConcurrencyLimiter)
+		if !ok {
+			return fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
+		}
+		return c.park(ctx, key, waiter, payload, ttl)
+	}
+	gate.CapLeave = func(ctx context.Context, limiter any, key, waiter string) {
+		if c, ok := limiter.(*ConcurrencyLimiter); ok {
+			c.leave(ctx, key, waiter)
+		}
+	}
+	gate.OnCapCall = func(limiter any, fn func(payload string)) {
+		if c, ok := limiter.(*ConcurrencyLimiter); ok {
+			c.onCall.Store(&fn)
+		}
+	}
+}
+
+// Suffixes of a concurrency key's line and waiters, in its Cluster slot,
+// and of the channel its inline waiters are woken on.
+// (waitersSuffix, the waiters' entries, is a room's too.)
+const (
+	lineSuffix = ":line"
+	wakeSuffix = ":wake"
+)
+
+// How a waiter in line shows itself: it asks again every lineRefresh (in
+// case a wake-up was missed), and its entry lasts lineEntry unless shown
+// again.
+const (
+	lineRefresh = time.Second
+	lineEntry   = 3 * time.Second
+)
+
+// callAhead is how far down the line, beyond the slots a release frees,
+// parked waiters are called back: a slot's worth of holders, so that a
+// called task comes back while the holders ahead of it still run.
+func (c *ConcurrencyLimiter) callAhead() int { return c.policy.Limit }
+
+// lineKeys returns the keys of concurrency.lua for key.
+func (c *ConcurrencyLimiter) lineKeys(key string) []string {
+	holders := c.Key(key)
+	return []string{holders, holders + lineSuffix, holders + waitersSuffix}
+}
+
+// AcquireWait takes one of key's slots like Acquire, and when all are held
+// waits in line for one: waiters get slots in the order they came, across
+// every process sharing the Redis, and while anyone waits a caller of
+// Acquire gets none. A waiter is woken through Redis's pub/sub as soon as
+// a slot is freed for it (and asks again every second in case a message is
+// lost). It returns the Lease, or ctx's error when ctx ends first, having
+// left the line. Under [FailOpen] a wait Redis cannot answer is granted a
+// Degraded lease. Release every Lease, typically with defer.
+func (c *ConcurrencyLimiter) AcquireWait(ctx context.Context, key string) (*Lease, error) {
+	start := c.began()
+	lease, _, err := c.waitInLine(ctx, key, newHolderID(), -1)
+	r := Result{Allowed: lease != nil, Limit: c.policy.Limit}
+	if lease != nil {
+		r.Degraded = lease.degraded
+	}
+	c.observe(ctx, OpAcquire, key, 1, start, r, err)
+	return lease, err
+}
+
+// waitInLine stands waiter in key's line until it gets a slot, ctx ends or
+// budget runs out (a negative budget never does; a waiter called back from
+// parking waits without one). On ctx's end it leaves the line; when the
+// budget runs out it stays in it and returns a nil Lease: the caller parks
+// it (park) or leaves (leave). ahead is how many waited before it at the
+// last look.
+func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string, budget time.Duration) (lease *Lease, ahead int, err error) {
+	if err := validRequest(key, 1, c.policy.Limit); err != nil {
+		return nil, 0, err
+	}
+	var deadline <-chan time.Time
+	if budget >= 0 {
+		timer := time.NewTimer(budget)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	woken, leaveChannel := c.wakes().join(c.Key(key)+wakeSuffix, waiter)
+	defer leaveChannel()
+	holder := newHolderID()
+	for {
+		sent := time.Now()
+		args := append([]any{"4", holder}, c.params...)
+		args = append(args, itoa(lineEntry.Microseconds()), waiter)
+		values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
+		if err != nil {
+			if c.failOpen(ctx, err) {
+				return degradedLease(), 0, nil
+			}
+			c.leave(ctx, key, waiter)
+			return nil, 0, c.unavailable(ctx, err)
+		}
+		ints, err := intsOf(values, 7)
+		if err != nil {
+			c.leave(ctx, key, waiter)
+			return nil, 0, c.unavailable(ctx, err)
+		}
+		if ints[0] == 1 {
+			return startLease(c, key, holder, sent), 0, nil
+		}
+		ahead = int(ints[5])
+		if ints[6] == 1 {
+			deadline = nil // called back: its turn is near
+		}
+		refresh := time.NewTimer(lineRefresh)
+		select {
+		case <-woken:
+		case <-refresh.C:
+		case <-deadline:
+			refresh.Stop()
+			return nil, ahead, nil
+		case <-ctx.Done():
+			refresh.Stop()
+			c.leave(ctx, key, waiter)
+			return nil, ahead, fmt.Errorf("throttle: %w", ctx.Err())
+		}
+		refresh.Stop()
+	}
+}
+
+// park marks waiter, in key's line, as away until ttl from now: a release
+// that frees a slot near its place calls it back, handing payload to the
+// limiter's call function (see onCall).
+func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload string, ttl time.Duration) error {
+	args := append([]any{"5", waiter}, c.params...)
+	args = append(args, itoa(ttl.Microseconds()), payload)
+	if _, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args); err != nil {
+		return c.unavailable(ctx, err)
+	}
+	return nil
+}
+
+// leave takes waiter out of key's line, in the background if ctx has
+// ended (bounded like every clean-up), and hands the slot it leaves to the
+// next in line.
+func (c *ConcurrencyLimiter) leave(ctx context.Context, key, waiter string) {
+	_ = c.cleanup(ctx, func(ctx context.Context) error {
+		args := append([]any{"6", waiter}, c.params...)
+		args = append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead())))
+		values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
+		if err == nil {
+			c.called(values)
+		}
+		return err
+	})
+}
+
+// release frees holder's slot of key, waking the next in line, and reports
+// whether it was still held.
+func (c *ConcurrencyLimiter) release(ctx context.Context, key, holder string) (bool, error) {
+	args := append([]any{modeRelease, holder}, c.params...)
+	args = append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead())))
+	values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
+	if err != nil {
+		return false, err
+	}
+	ints, err := intsOf(values, 5)
+	if err != nil {
+		return false, err
+	}
+	c.called(values)
+	return ints[0] == 1, nil
+}
+
+// called hands the payloads of the parked waiters a release called back
+// (values past the fifth) to the limiter's call function.
+func (c *ConcurrencyLimiter) called(values []any) {
+	if len(values) <= 5 {
+		return
+	}
+	fn := c.onCall.Load()
+	for _, v := range values[5:] {
+		if payload, ok := v.(string); ok && fn != nil {
+			(*fn)(payload)
+		}
+	}
+}
+
+// intsOf reads the first n values of a script's reply as integers.
+func intsOf(values []any, n int) ([]int64, error) {
+	if len(values) < n {
+		return nil, fmt.Errorf("script returned %d values, want %d", len(values), n)
+	}
+	ints := make([]int64, n)
+	for i := range ints {
+		var err error
+		if ints[i], err = asInt(values[i]); err != nil {
+			return nil, err
+		}
+	}
+	return ints, nil
+}
+
+// wakes returns the limiter's subscriber, made on first use.
+func (c *ConcurrencyLimiter) wakes() *waker {
+	c.wakerOnce.Do(func() { c.waker = &waker{client: c.client, waiters: map[string]map[string]chan struct{}{}} })
+	return c.waker
+}
+
+// A waker is one pub/sub connection per ConcurrencyLimiter, subscribed to
+// the wake channels of the keys this process has waiters in line for; it
+// passes each message on to the waiters it names. It is closed when the
+// last waiter leaves, and opened again for the next.
+type waker struct {
+	client redis.UniversalClient
+
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	waiters map[string]map[string]chan struct{} // channel -> waiter -> its signal
+}
+
+// join subscribes waiter to channel and returns its signal and the function
+// that unsubscribes it.
+func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
+	signal := make(chan struct{}, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ps == nil {
+		w.ps = w.client.Subscribe(context.Background())
+		go w.deliver(w.ps)
+	}
+	if w.waiters[channel] == nil {
+		w.waiters[channel] = map[string]chan struct{}{}
+		_ = w.ps.Subscribe(context.Background(), channel)
+	}
+	w.waiters[channel][waiter] = signal
+	return signal, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.waiters[channel], waiter)
+		if len(w.waiters[channel]) > 0 {
+			return
+		}
+		delete(w.waiters, channel)
+		_ = w.ps.Unsubscribe(context.Background(), channel)
+		if len(w.waiters) == 0 {
+			_ = w.ps.Close()
+			w.ps = nil
+		}
+	}
+}
+
+// deliver passes ps's messages on until ps is closed.
+func (w *waker) deliver(ps *redis.PubSub) {
+	for msg := range ps.Channel() {
+		w.mu.Lock()
+		for _, id := range strings.Split(msg.Payload, ",") {
+			if signal, ok := w.waiters[msg.Channel][id]; ok {
+				select {
+				case signal <- struct{}{}:
+				default:
+				}
+			}
+		}
+		w.mu.Unlock()
+	}
+}
