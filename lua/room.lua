@@ -39,9 +39,9 @@
 --          ARGV[6] lead: how long before its start a waiter is released,
 --          in ticks, ARGV[7] keys' lifetime, us
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
---          end ticks, flow, now_us} for a waiter released; {0, due_us,
---          now_us} otherwise, due_us the instant to try again (0: the room
---          is empty)
+--          end ticks, flow, now_us, next_us} for a waiter released (next_us:
+--          when the next may be); {0, due_us, now_us} otherwise, due_us the
+--          instant to try again (0: the room is empty)
 -- leave:   ARGV[2] waiter ID: removes a waiter, or a release nobody came
 --          for. Returns {1 if it was there, now_us}
 -- put back: ARGV[2] waiter ID, ARGV[3] unused, ARGV[4], ARGV[5] the end
@@ -153,7 +153,9 @@ local function release(id, info, flow, payload, tag)
   local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
   keep(tonumber(ARGV[7]))
-  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now}
+  -- The next release may come when the meter's next start is lead away.
+  local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due}
 end
 
 -- The first waiter in tag order that may start at the meter's next start

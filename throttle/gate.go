@@ -293,7 +293,13 @@ func release(ctx context.Context, limiter any, key string, n int, lead time.Dura
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
 	}
-	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, Delay: micros(delay), Slot: time.UnixMicro(now + delay),
+	var next time.Time
+	if len(values) > 9 {
+		if n, err := asInt(values[9]); err == nil {
+			next = time.UnixMicro(n)
+		}
+	}
+	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, Delay: micros(delay), Slot: time.UnixMicro(now + delay), Due: next,
 		Back: []string{tag, itoa(endUs), itoa(endTicks)}}, nil
 }
 

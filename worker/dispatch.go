@@ -217,6 +217,9 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 			// it is.
 			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id})
 		}
+		if rel.Due.After(time.Now()) {
+			return rel.Due // the meter has no room for the next before then
+		}
 	}
 	return time.Now()
 }

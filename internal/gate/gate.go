@@ -101,8 +101,8 @@ type Released struct {
 	Delay time.Duration
 	// Slot is that start on the Redis clock.
 	Slot time.Time
-	// Due is when to try the room again when none was released (zero:
-	// the room is empty).
+	// Due is when to try the room again: when the next waiter may be let
+	// out (OK), or when one may be (zero: the room is empty).
 	Due time.Time
 	// Back is what PutBack needs; opaque.
 	Back []string
