@@ -27,7 +27,8 @@
 --          remainder, in ticks
 -- ARGV[8]  reserve: the soonest a new booking may start, in ticks from now
 -- ARGV[9]  reserve: the soonest a new booking may start, as a Unix instant
---          in us (0: none); the longest wait (ARGV[6]) then counts from it
+--          in us (0: none); the longest wait (ARGV[6]) then counts from it,
+--          and the ticket's booking for another instant is given back
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
 --          where a booked reservation's retry_after_us is its start delay
 --          and three more values follow: its end instant (us, ticks) and 1
@@ -47,6 +48,14 @@ if mode == MODE_RESERVE then
   local max_wait, not_before = tonumber(ARGV[6]), tonumber(ARGV[8])
   local at = tonumber(ARGV[9]) or 0
   if at > 0 then
+    -- The ticket's standing booking for another instant (its task waited
+    -- again since) is given back first: the booking is at the instant.
+    local held = load_state(KEYS[2])
+    if held and held[4] == tonumber(redis.call('GET', KEYS[3]))
+      and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
+      cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
+      debt = ticks_until(KEYS[1], now, den)
+    end
     debt = math.max(debt, ticks_until(KEYS[4], now, den))
     local from = math.max(0, (at - now) * den)
     not_before, max_wait = math.max(not_before, from), max_wait + from

@@ -49,7 +49,9 @@
 --            planned end is what undo needs)
 --          status 0: not admitted: slot_us is when the meter would have
 --            room, 0 when the room decides (others wait in it, or the
---            task does)
+--            task does); a released waiter whose key is blocked at its
+--            slot waits in the room again, in its place, till the block
+--            ends
 --          status 6: late: the task held a slot that passed more than grace
 --            ago (slot_us); it is its no more, and a released waiter
 --            waits in the room again, in its place
@@ -130,8 +132,17 @@ if held and (at == 0 or held == at) then
     end
     return {6, held, now, 0, 0, ''}
   end
-  if blocked_for(KEYS[3], now) > held - now then
-    return {0, now + blocked_for(KEYS[3], now), now, 0, 0, ''}
+  local blocked = blocked_for(KEYS[3], now)
+  if blocked > held - now then
+    if release ~= '' then
+      -- Back to its place in the room, to be released after the block.
+      local waiting = string.sub(release, string.find(release, '|', 1, true) + 1)
+      local b1 = string.find(waiting, '|', 1, true)
+      local b2 = string.find(waiting, '|', b1 + 1, true)
+      redis.call('HSET', KEYS[4], waiter, int(now + blocked) .. string.sub(waiting, b1))
+      redis.call('ZADD', KEYS[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+    end
+    return {0, now + blocked, now, 0, 0, ''}
   end
   if release ~= '' then
     redis.call('HDEL', KEYS[4], waiter) -- used

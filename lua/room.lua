@@ -34,7 +34,9 @@
 --          may start, in us from now, ARGV[6] payload (opaque),
 --          ARGV[7] how long the room's keys outlive their last write, us
 --          Returns {waiters in the room, 1 if it entered now (0: it was
---          there, or is released), now_us}
+--          there, or is released: it keeps its place and release, and
+--          takes the new payload and, waiting, the later soonest start),
+--          now_us}
 -- release: ARGV[2] n, ARGV[3] burst, ARGV[4] num, ARGV[5] den (the meter),
 --          ARGV[6] lead: how long before its start a waiter is released,
 --          in ticks, ARGV[7] keys' lifetime, us
@@ -80,7 +82,23 @@ end
 
 if mode == 0 then
   local id, flow, weight = ARGV[2], ARGV[3], tonumber(ARGV[4])
-  if redis.call('HEXISTS', KEYS[3], id) == 1 then
+  local known = redis.call('HGET', KEYS[3], id)
+  if known then
+    -- There already (a task handed over to a copy of itself comes back
+    -- under a new asynq ID): it keeps its place, tag and release, and the
+    -- payload becomes the new one; a waiting one may start no sooner than
+    -- asked now.
+    local released, waiting = '', known
+    if string.sub(known, 1, 1) == '=' then
+      local bar = string.find(known, '|', 1, true)
+      released, waiting = string.sub(known, 1, bar), string.sub(known, bar + 1)
+    end
+    local eligible, old_flow, _, tag = parse(waiting)
+    if released == '' then
+      eligible = math.max(eligible, now + tonumber(ARGV[5]))
+    end
+    redis.call('HSET', KEYS[3], id, released .. int(eligible) .. '|' .. int(tag) .. '|' .. int(#old_flow) .. '|' .. old_flow .. ARGV[6])
+    keep(tonumber(ARGV[7]))
     return {redis.call('ZCARD', KEYS[2]), 0, now}
   end
   local tag

@@ -248,3 +248,56 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 		t.Fatalf("Release after the late claim: %+v, %v; want w2 again", rel3, err)
 	}
 }
+
+// TestWaitersKeepTheirPlace: a waiter that enters again (a task handed over
+// to a copy of itself comes back under a new asynq ID) keeps its place and
+// takes the new payload, which is what its release names; a booking at an
+// instant replaces the ticket's booking for another instant rather than
+// returning it; a released waiter whose key is blocked at its slot waits in
+// the room again and is released after the block.
+func TestWaitersKeepTheirPlace(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	room := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	along := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1})
+	ctx := context.Background()
+	for _, e := range []struct{ waiter, payload string }{{"w1", "q/copy-1"}, {"w2", "q/w2"}, {"w1", "q/copy-2"}} {
+		if _, err := workergate.EnterRoom(ctx, room, "r", e.waiter, "f", 1, 0, e.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel.OK || rel.Waiter != "w1" || rel.Payload != "q/copy-2" {
+		t.Fatalf("Release: %+v, %v; want w1 first, with the payload it entered with last", rel, err)
+	}
+	first, err := workergate.BookAt(ctx, along, "a", "w1", 1, rel.Slot, 0, time.Minute)
+	if err != nil || !first.OK || !first.Slot.Equal(rel.Slot) {
+		t.Fatalf("BookAt: %+v, %v; want the slot asked for", first, err)
+	}
+	later := rel.Slot.Add(time.Second)
+	second, err := workergate.BookAt(ctx, along, "a", "w1", 1, later, 0, time.Minute)
+	if err != nil || !second.OK || !second.Slot.Equal(later) {
+		t.Fatalf("BookAt at another instant with the same ticket: %+v, %v; want the new instant %s", second, err, later)
+	}
+	if a := claim(t, along, workergate.ClaimRequest{Key: "a", N: 1, Held: workergate.HeldByTicket, Ticket: "w1", At: later, Grace: 50 * time.Millisecond}); a.Status != workergate.Admitted || !a.Slot.Equal(later) {
+		t.Fatalf("the ticket's claim at the new instant: %+v", a)
+	}
+
+	// w2 is released, then its key is blocked for a second before its slot.
+	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel2.OK || rel2.Waiter != "w2" {
+		t.Fatalf("Release: %+v, %v; want w2", rel2, err)
+	}
+	if err := room.BlockFor(ctx, "r", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	blocked := claim(t, room, workergate.ClaimRequest{Key: "r", N: 1, Held: workergate.HeldByRoom, Ticket: "w2", Grace: 50 * time.Millisecond})
+	if blocked.Status != workergate.NoCapacity {
+		t.Fatalf("a released waiter's claim on a blocked key: %+v; want none", blocked)
+	}
+	clock.Advance(time.Second)
+	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond)
+	if err != nil || !rel3.OK || rel3.Waiter != "w2" {
+		t.Fatalf("Release after the block: %+v, %v; want w2 again", rel3, err)
+	}
+}

@@ -21,7 +21,7 @@ func init() {
 		if !ok {
 			return nil, 0, fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
 		}
-		lease, ahead, err := c.waitInLine(ctx, key, waiter, max(budget, 0))
+		lease, ahead, err := c.waitObserved(ctx, key, waiter, max(budget, 0))
 		if lease == nil {
 			return nil, ahead, err
 		}
@@ -82,14 +82,22 @@ func (c *ConcurrencyLimiter) lineKeys(key string) []string {
 // left the line. Under [FailOpen] a wait Redis cannot answer is granted a
 // Degraded lease. Release every Lease, typically with defer.
 func (c *ConcurrencyLimiter) AcquireWait(ctx context.Context, key string) (*Lease, error) {
+	lease, _, err := c.waitObserved(ctx, key, newHolderID(), -1)
+	return lease, err
+}
+
+// waitObserved is waitInLine, reported to the limiter's metrics and
+// Observer as one acquire: admitted with a Lease, throttled when the
+// budget ran out first, or the error.
+func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter string, budget time.Duration) (*Lease, int, error) {
 	start := c.began()
-	lease, _, err := c.waitInLine(ctx, key, newHolderID(), -1)
+	lease, ahead, err := c.waitInLine(ctx, key, waiter, budget)
 	r := Result{Allowed: lease != nil, Limit: c.policy.Limit}
 	if lease != nil {
 		r.Degraded = lease.degraded
 	}
 	c.observe(ctx, OpAcquire, key, 1, start, r, err)
-	return lease, err
+	return lease, ahead, err
 }
 
 // waitInLine stands waiter in key's line until it gets a slot, ctx ends or

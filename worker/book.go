@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -28,16 +29,25 @@ type Booking struct {
 // worker (up to Lead after it, as asynq delivers in whole seconds) and runs
 // on arrival: this is how a batch is paced instead of being throttled task
 // by task. Booking again with the same id before then returns the same
-// slot. The task's other rules are decided when it runs, as usual; list
-// the narrowest rule (per tenant, say) before broader ones (overall), so
-// that it is the one the batch is paced on. A meter keeps one instant per
-// key, so the capacity before the slot goes unused.
+// slot. The task's other rules are decided when it runs, as usual. A
+// meter keeps one instant per key, so the capacity before the slot goes
+// unused.
 //
 // maxDelay bounds how far ahead a slot may be booked; a task that would
 // start later books nothing and Book fails with an error wrapping
 // ErrThrottled. Errors of the limiters are returned as they are.
+//
+// A task under several TokenBucket or GCRA rules, or under one that shares
+// its limit fairly (FairBy), books nothing: its turn is decided among the
+// tasks waiting for those rules when it runs, in their shared order (see
+// the package documentation), which paces it. Book returns now for it, so
+// such a batch is enqueued at once and waits there.
 func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (Booking, error) {
-	for _, r := range t.matching(at) {
+	rules := t.matching(at)
+	if slices.Contains(meterRoles(rules), roomMeter) {
+		return Booking{StartAt: time.Now()}, nil
+	}
+	for _, r := range rules {
 		if r.limiter == nil || !r.limiter.CanReserveAhead() {
 			continue
 		}

@@ -175,3 +175,75 @@ func enqueueSome(t *testing.T, f *asynqtest.Fleet, n int) []string {
 	}
 	return ids
 }
+
+// TestNothingIsLostInRoomsAndLines: 90 tasks of three tenants (a third with
+// MaxRetry(0)) under 10/s per tenant, 15/s overall shared fairly by tenant,
+// and a cap of 2 handlers at once, on two servers of 10 workers: tasks wait
+// in the overall limit's room and in the cap's line, parked in asynq. After
+// 30 have run the overall key is blocked for 3 s and Redis is killed and
+// started again a second later, while the tasks wait. Every task then runs
+// exactly once; none is archived or failed.
+func TestNothingIsLostInRoomsAndLines(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
+	tg := srv.Target(t)
+	client := tg.NewClient(t)
+	opts := []throttle.Option{throttle.WithPrefix(tg.Prefix), throttle.WithTimeout(time.Second), throttle.WithLogger(nil)}
+	perTenant, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overall, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(15), Burst: 1}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 2, Lease: 5 * time.Second}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen asynqtest.Events
+	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Concurrency("cap", worker.Type("partner:sync"), capped, worker.KeyBy(worker.Constant("all"))),
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, tenant),
+		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))),
+	}, worker.WithObserver(&seen), worker.WithLogger(nil))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(20*time.Millisecond))
+	const tasks = 90
+	var ids []string
+	for i := range tasks {
+		var o []asynq.Option
+		if i%3 == 0 {
+			o = append(o, asynq.MaxRetry(0))
+		}
+		ids = append(ids, f.Enqueue(t, "partner:sync", map[string]any{"n": i, "tenant": []string{"a", "b", "c"}[i%3]}, o...))
+	}
+	for log.Count() < 30 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := overall.BlockFor(context.Background(), "all", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the handlers running finish; the rest wait
+	srv.Stop(t)
+	stopped := time.Now()
+	time.Sleep(time.Second)
+	srv.Start(t)
+	outage := time.Since(stopped)
+
+	info := f.WaitDone(t, &log, tasks, 2*time.Minute)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
+	archived, err := f.Inspector.ListArchivedTasks(f.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures: %s: %d tasks (%d with MaxRetry(0)) in a room and a cap's line, outage %s; %d runs, lost 0, duplicated 0, archived %d, failed %d; gate events %v",
+		persisted(srv), tasks, tasks/3, outage.Round(100*time.Millisecond), len(runs), len(archived), info.Failed, seen.ByKind())
+	if info.Archived != 0 || len(archived) != 0 || info.Failed != 0 {
+		t.Fatalf("%d archived, %d failed", len(archived), info.Failed)
+	}
+	if seen.Count(worker.Rescheduled) == 0 {
+		t.Fatal("no task waited in asynq: the test missed the rooms and lines")
+	}
+}

@@ -79,6 +79,10 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: a rule needs a name", ErrInvalidRule)
 	case r.match == nil:
 		return fmt.Errorf("%w: rule %q has no matcher", ErrInvalidRule, r.name)
+	case r.fair != nil && (r.limiter == nil || !r.limiter.CanReserveAhead()):
+		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
+	case r.fair != nil && r.fair.by == nil:
+		return fmt.Errorf("%w: rule %q: Weights without FairBy", ErrInvalidRule, r.name)
 	}
 	if p, ok := r.match.(patternMatcher); ok {
 		return p.validate()

@@ -17,6 +17,8 @@ import (
 func TestNewRejectsBadRules(t *testing.T) {
 	tg := redistest.Embedded(t)
 	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 1, Window: time.Second})
+	capped, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Second})
 	good := worker.Rate("ok", worker.AnyTask(), limiter)
 	for name, rules := range map[string][]worker.Rule{
 		"none":          nil,
@@ -30,6 +32,11 @@ func TestNewRejectsBadRules(t *testing.T) {
 		"nil option":    {worker.Rate("r", worker.AnyTask(), limiter, nil)},
 		"bad bookahead": {worker.Rate("r", worker.AnyTask(), limiter, worker.BookAhead(0))},
 		"bad give-up":   {worker.Rate("r", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: -1}))},
+		"fair window":   {worker.Rate("r", worker.AnyTask(), window, worker.FairBy(worker.ByType()))},
+		"fair cap":      {worker.Concurrency("r", worker.AnyTask(), capped, worker.FairBy(worker.ByType()))},
+		"weights only":  {worker.Rate("r", worker.AnyTask(), limiter, worker.Weights(func(string) int { return 2 }))},
+		"nil flow":      {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(nil))},
+		"nil weights":   {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(worker.ByType()), worker.Weights(nil))},
 	} {
 		if _, err := worker.New(tg.Client, rules); !errors.Is(err, worker.ErrInvalidRule) {
 			t.Errorf("%s: New = %v, want ErrInvalidRule", name, err)
@@ -179,5 +186,52 @@ func TestMatchers(t *testing.T) {
 		if tc.m.Match(email) != tc.email || tc.m.Match(sms) != tc.sms {
 			t.Errorf("%#v: email %v, sms %v", tc.m, tc.m.Match(email), tc.m.Match(sms))
 		}
+	}
+}
+
+// TestBookLeavesSharedTurnsToTheRoom: a task under one meter rule gets its
+// slot booked, paced behind the last; a task under two (per tenant and
+// overall) books nothing, since its turn is decided among the tasks waiting
+// for the overall limit when it runs: Book returns now for it.
+func TestBookLeavesSharedTurnsToTheRoom(t *testing.T) {
+	tg := redistest.New(t)
+	opts := []throttle.Option{throttle.WithPrefix(tg.Prefix)}
+	perTenant, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overall, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Rate("tenant", worker.Type("paced"), perTenant, tenant),
+		worker.Rate("tenant-shared", worker.Type("shared"), perTenant, tenant),
+		worker.Rate("overall", worker.Type("shared"), overall, worker.KeyBy(worker.Constant("all"))),
+	})
+	ctx := context.Background()
+	task := func(typ string) *asynq.Task { return asynq.NewTask(typ, []byte(`{"tenant":"a"}`)) }
+	first, err := th.Book(ctx, task("paced"), "p1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := th.Book(ctx, task("paced"), "p2", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gap := second.Slot.Sub(first.Slot); gap != 100*time.Millisecond {
+		t.Fatalf("two bookings under one meter are %s apart; want 100ms", gap)
+	}
+	before := time.Now()
+	b, err := th.Book(ctx, task("shared"), "s1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Slot.IsZero() || b.StartAt.Before(before) || time.Since(b.StartAt) > time.Second {
+		t.Fatalf("Book under two meters: %+v; want now and no slot", b)
+	}
+	if n, err := tg.Client.Exists(ctx, overall.Key("all")).Result(); err != nil || n != 0 {
+		t.Fatalf("the overall meter has state after Book under two meters (%d, %v)", n, err)
 	}
 }
