@@ -19,25 +19,49 @@
 // # How a throttled task travels
 //
 // Before a task runs, every rule that matches it is asked, concurrency caps
-// first, then rate rules. A rejection by one rule gives back what the
-// others took. Then:
+// first, then windows, then TokenBucket and GCRA rules (the rules that
+// space tasks at a rate). A refusal by one rule gives back what the others
+// took. A task that may start within the inline wait (1 s by default, and
+// at least twice the return lead below) waits in its handler and runs: asynq
+// cannot bring a task back sooner than about a second, so short waits are
+// cheapest inline. Further off, it depends on the rules:
 //
-//   - A task that may run within the inline wait (1 s by default; for a
-//     booked slot, at least the time a return through asynq takes) waits in
-//     its handler and runs. asynq cannot bring a task back sooner than about
-//     a second, so short waits are cheapest inline.
-//   - On a TokenBucket or GCRA rule, a task whose turn is further off books
-//     its slot (throttle's ReserveFor, ticketed by task ID) and goes back to
-//     asynq to return a little before it: a second for the whole-second retry
-//     times asynq stores, one pass of its forwarder (DelayedTaskCheckInterval,
-//     which Configure sets to 250 ms) and an idle worker's longest sleep
-//     between looks at its queues (1.5 × TaskCheckInterval, which Configure
-//     sets to 100 ms): 1.4 s with those settings. Back early, it finds its
-//     slot and waits inline for it.
-//     Rescheduled tasks thus return one by one at the rate, each admitted on
-//     arrival, instead of all at the same second to be rejected again.
-//   - On other rules, a task goes back for the limiter's RetryAfter, rounded
-//     up to the whole second, plus a random spread of up to as much again.
+//   - Under one TokenBucket or GCRA rule, the task books its slot (by its
+//     task ID, so that it finds the booking when it returns) and goes back
+//     to asynq. At its turn, the Throttler's dispatcher moves it to the head
+//     of its queue, ahead of any backlog, a little before its slot (the
+//     longest an idle worker sleeps between looks at its queues, plus 50
+//     ms). It starts at its slot; a task that comes late for it still starts
+//     no closer to the tasks before it than the rate allows.
+//   - Under several TokenBucket or GCRA rules (per tenant and overall, say),
+//     or one that shares its limit fairly ([FairBy]), the task waits in the
+//     waiting room of one of them: the FairBy rule, or else the second
+//     matching one (typically the overall rule). The dispatcher lets waiters
+//     out one by one as that rule's rate allows, in fair order between
+//     flows (by default a waiter's flow is its key in the first rule, its
+//     tenant, say; [Weights] weighs them), books their slot at the same
+//     instant on the task's other rules, and moves the task to the head of
+//     its queue. A flow whose own rule has no room is passed over until it
+//     has, so what one rule refuses is not taken from the others. The task
+//     starts at its slot if it comes within 50 ms after it; later, it waits
+//     in the room again, in its place. A waiter that asks for a turn while
+//     others wait in the room stands behind them, so a newcomer tenant's
+//     first task waits behind no other tenant's backlog.
+//   - Under a concurrency cap whose slots are all taken, the task stands in
+//     the cap's line in Redis, in the order tasks came, and is woken the
+//     moment a slot is freed for it (throttle's AcquireWait). When its
+//     inline wait runs out it keeps its place, marked away, and goes back
+//     to asynq; a release that frees a slot near its place calls it back to
+//     the head of its queue in time to wait for it inline.
+//   - Under other rules (windows), the task goes back for the limiter's
+//     RetryAfter plus a random spread of up to as much again, so that tasks
+//     turned away together do not come back together.
+//
+// If the process whose dispatcher would bring a task back stops, asynq's own
+// retry brings it back later, at the tail of its queue: 2 s after its
+// booked slot; 10 s after twice its estimated wait in a room; 10 s after it
+// parked in a cap's line. A room's turns are then taken up by whichever
+// process the task reaches.
 //
 // A task goes back by returning a *ThrottledError. The functions
 // [Throttler.Configure] installs turn it into a retry at exactly its time,

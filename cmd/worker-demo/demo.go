@@ -22,11 +22,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// tenants and their share of the partner calls.
+// tenants and their share of the partner calls, enqueued in this order:
+// acme enqueues three times as much as each other tenant, and first.
 var tenants = []struct {
 	name  string
 	share int // percent
-}{{"acme", 50}, {"globex", 30}, {"initech", 20}}
+}{{"acme", 60}, {"globex", 20}, {"initech", 20}}
 
 // batchTenant is the tenant whose customers the nightly batch re-syncs.
 const batchTenant = "initech"
@@ -49,6 +50,7 @@ type demo struct {
 	sched     *scheduler.Scheduler
 	inspector *asynq.Inspector
 	started   time.Time
+	enqueued  time.Time // when the servers started and the tasks went in
 	finished  chan struct{}
 
 	expected map[string]int // tenant → tasks calling the partner
@@ -96,6 +98,7 @@ func startDemo(opts options) (*demo, error) {
 		return nil, err
 	}
 	d.plan()
+	d.enqueued = time.Now()
 	for range opts.servers {
 		cfg := asynq.Config{Concurrency: opts.concurrency, Queues: map[string]int{d.queue: 1}, LogLevel: asynq.FatalLevel, ShutdownTimeout: 2 * time.Second}
 		th.Configure(&cfg)
@@ -129,21 +132,28 @@ func (d *demo) throttler() (*worker.Throttler, error) {
 	if err != nil {
 		return nil, err
 	}
+	tenant := worker.ByPayloadField("tenant")
+	overallOpts := []worker.RuleOption{worker.KeyBy(worker.Constant("partner-api"))}
+	if d.opts.algorithm.meter {
+		// The overall limit shared fairly between the tenants with a
+		// backlog (rate rules only).
+		overallOpts = append(overallOpts, worker.FairBy(tenant))
+	}
 	return worker.New(d.rdb, []worker.Rule{
-		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant"))),
-		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("partner-api"))),
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(tenant)),
+		worker.Rate("overall", worker.Type("partner:sync"), overall, overallOpts...),
 		worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("exports"))),
 	}, worker.WithPrefix(d.prefix), worker.WithObserver(worker.ObserverFunc(d.observe)))
 }
 
-// tenantOf returns the tenant of the i-th partner call: the tenants
-// interleaved by their shares.
-func tenantOf(i int) string {
-	for slot, t := i%100, 0; t < len(tenants); t++ {
-		if slot < tenants[t].share {
+// tenantOf returns the tenant of the i-th of n partner calls: every call
+// of the first tenant, then of the second, and so on, by their shares.
+func tenantOf(i, n int) string {
+	for t, upTo := 0, 0; t < len(tenants)-1; t++ {
+		upTo += n * tenants[t].share / 100
+		if i < upTo {
 			return tenants[t].name
 		}
-		slot -= tenants[t].share
 	}
 	return tenants[len(tenants)-1].name
 }
@@ -154,7 +164,7 @@ func (d *demo) plan() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := range d.opts.tasks {
-		d.expected[tenantOf(i)]++
+		d.expected[tenantOf(i, d.opts.tasks)]++
 	}
 	d.expected[batchTenant] += d.opts.batch
 }
@@ -175,7 +185,7 @@ func (d *demo) enqueue(th *worker.Throttler) error {
 		return nil
 	}
 	for i := range d.opts.tasks {
-		if err := add("partner:sync", payload{Tenant: tenantOf(i)}); err != nil {
+		if err := add("partner:sync", payload{Tenant: tenantOf(i, d.opts.tasks)}); err != nil {
 			return err
 		}
 	}

@@ -2,9 +2,11 @@
 // of asynq servers in one process works off tasks of three tenants that call
 // a fake partner API, held to a rate per tenant and overall by the worker
 // middleware, with a nightly batch paced by the scheduler and a concurrency
-// cap on exports. It shows the work live, then checks what it proves: every
-// task processed exactly once, no second above the policy, nothing failed
-// or archived. It exits 0 when the run held the policy, 1 when it did not,
+// cap on exports. One tenant enqueues three times as much as each other,
+// first; the overall limit is shared fairly between them. It shows the work
+// live, then checks what it proves: every task processed exactly once, no
+// second above the policy, each tenant's fair share while all have calls
+// left, nothing failed or archived. It exits 0 when the run held the policy, 1 when it did not,
 // and 2 when it could not run.
 //
 // By default it starts an embedded Redis; --redis host:port uses a real one.
@@ -84,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("worker-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "longest the run may take; the work left at -1 is sized to finish in about half of it")
-	fs.IntVar(&o.tasks, "tasks", -1, "partner calls to enqueue at the start, across three tenants (50%, 30%, 20%); -1: overall-rate × duration / 3")
+	fs.IntVar(&o.tasks, "tasks", -1, "partner calls to enqueue at the start: 60% for acme first, then 20% each for globex and initech; -1: overall-rate × duration / 3")
 	fs.IntVar(&o.batch, "batch", -1, "tasks of the nightly batch the scheduler paces for the third tenant; -1: tenant-rate × duration / 10")
 	fs.IntVar(&o.exports, "exports", 8, "export tasks, each about 300 ms, under the concurrency cap")
 	fs.IntVar(&o.exportCap, "export-cap", 2, "exports allowed to run at once across the fleet")

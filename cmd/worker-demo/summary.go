@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -48,6 +47,7 @@ func (d *demo) summarize() summary {
 	allAllows, _ := d.opts.algorithm.allows(d.opts.overallRate)
 	most := mostInAnySecond(d.partner.arrivals(""))
 	s.check(most <= allAllows, "overall        highest rate at the partner: %2d calls in one second; %d/s allows %d", most, d.opts.overallRate, allAllows)
+	d.checkFairness(&s)
 	s.check(int(d.mostExp.Load()) <= d.opts.exportCap, "exports at once: at most %d, cap %d", d.mostExp.Load(), d.opts.exportCap)
 	throttled := fmt.Sprintf("throttled tasks: %d waited inline, %d rescheduled, %d given up", sum(d.waited), sum(d.resched), d.gaveUp)
 	d.mu.Unlock()
@@ -63,10 +63,73 @@ func (d *demo) summarize() summary {
 	} else {
 		s.lines = append(s.lines, "The fleet did NOT hold the policy.")
 	}
-	_ = context.Background
 	return s
+}
+
+// fairWithin is how far from its fair share a tenant's rate may be while
+// every tenant has a backlog.
+const fairWithin = 0.20
+
+// newcomerWithin is how soon after the tasks went in each tenant's first
+// call must reach the partner, however much another enqueued before it.
+const newcomerWithin = 2 * time.Second
+
+// checkFairness checks, for rate rules, that while every tenant had calls
+// left (from the last tenant's first call to the first tenant's last), each
+// got its fair share of the overall limit, min(tenant rate, overall rate /
+// tenants), within fairWithin, and that no tenant's first call waited
+// behind another's backlog. d.mu is held.
+func (d *demo) checkFairness(s *summary) {
+	if !d.opts.algorithm.meter {
+		s.lines = append(s.lines, fmt.Sprintf("      fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", d.opts.algorithm.name))
+		return
+	}
+	var start, end time.Time
+	for _, t := range tenantNames() {
+		calls := d.partner.arrivals(t)
+		if len(calls) == 0 {
+			s.check(false, "fair shares: tenant %s made no call", t)
+			return
+		}
+		first := calls[0].Sub(d.enqueued)
+		s.check(first <= newcomerWithin, "tenant %-8s first call %s after the tasks went in (within %s, behind no other tenant's backlog)",
+			t, first.Round(time.Millisecond), newcomerWithin)
+		start = later(start, calls[0])
+		if last := calls[len(calls)-1]; end.IsZero() || last.Before(end) {
+			end = last
+		}
+	}
+	span := end.Sub(start)
+	if span < 2*time.Second {
+		s.lines = append(s.lines, fmt.Sprintf("      fair shares: not checked (every tenant had calls left for only %s; give more --tasks)", span.Round(time.Millisecond)))
+		return
+	}
+	n := len(tenantNames())
+	fair := min(float64(d.opts.tenantRate), float64(d.opts.overallRate)/float64(n))
+	total := 0.0
+	for _, t := range tenantNames() {
+		got := 0
+		for _, at := range d.partner.arrivals(t) {
+			if !at.Before(start) && at.Before(end) {
+				got++
+			}
+		}
+		rate := float64(got) / span.Seconds()
+		total += rate
+		s.check(rate >= fair*(1-fairWithin) && rate <= fair*(1+fairWithin), "tenant %-8s %4.1f calls/s while every tenant had calls left (%s); its fair share %.1f/s ± %.0f%%",
+			t, rate, span.Round(time.Millisecond), fair, fairWithin*100)
+	}
+	s.lines = append(s.lines, fmt.Sprintf("      overall %.1f calls/s meanwhile, of %d/s", total, d.opts.overallRate))
 }
 
 func (s summary) write(out io.Writer) {
 	fmt.Fprintf(out, "\nSummary\n%s\n", strings.Join(s.lines, "\n"))
+}
+
+// later returns the later of a and b; b when a is zero.
+func later(a, b time.Time) time.Time {
+	if a.IsZero() || b.After(a) {
+		return b
+	}
+	return a
 }
