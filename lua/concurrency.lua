@@ -29,7 +29,9 @@
 --          wait, park: how long the entry lasts unless shown again, us
 -- ARGV[6]  wait: the waiter id; park: the payload
 -- ARGV[7]  release, leave: how far down the line parked waiters are
---          called, beyond the slots free
+--          called, beyond the slots free; park: the channel to wake inline
+--          waiters on (a slot freed while the waiter was on its way to
+--          park goes to it: it is called at once)
 -- Returns  {ok (0|1), free slots, retry_after_us, reset_after_us, now_us}
 --          acquire: ok = acquired; when full (or others wait), retry_after
 --            estimates the wait as the time until the oldest lease runs out
@@ -39,7 +41,8 @@
 --          wait: ok = acquired (the waiter leaves the line); else a sixth
 --            value, the waiters there (inline) ahead of it, and a seventh,
 --            1 when it had been called
---          park, leave: ok = it stood in line
+--          park, leave: ok = it stood in line; the payloads of the
+--            waiters called follow, as for release
 --          reset_after_us: until the last current lease runs out
 
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
@@ -174,12 +177,14 @@ if mode == MODE_PARK or mode == MODE_LEAVE then
     redis.call('HDEL', KEYS[3], id)
     return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]))
   end
+  local reply = {there, math.max(0, limit - live()), 0, until_last(), now}
   if there == 1 then
     local ttl = tonumber(ARGV[5])
     redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|p|' .. ARGV[6])
     keep(ttl)
+    return wake(reply, ARGV[7], 0)
   end
-  return {there, math.max(0, limit - live()), 0, until_last(), now}
+  return reply
 end
 
 local count = live()
@@ -227,13 +232,20 @@ if mode == MODE_WAIT then
   return {0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called}
 end
 
--- acquire or peek: while anyone waits in line, the slots are theirs.
+-- acquire or peek: while anyone waits in line (inline, or called back and
+-- on its way), the slots are theirs; one parked away holds none.
 local waiting = 0
 if count < limit then
-  waiting = line(function() return false end)
+  line(function(_, way)
+    if way ~= 'p' then
+      waiting = waiting + 1
+    end
+    return false
+  end)
 end
 if count >= limit or waiting > 0 then
-  return {0, math.max(0, limit - count - waiting), oldest(), until_last(), now}
+  -- With no holder to wait for, a waiter takes the slot within moments.
+  return {0, math.max(0, limit - count - waiting), math.max(oldest(), 10000), until_last(), now}
 end
 if mode == MODE_ACQUIRE then
   redis.call('ZADD', KEYS[1], int(now + lease), holder)

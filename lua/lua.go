@@ -7,10 +7,12 @@
 // algorithm's own file (see [Source]), so the text Redis receives is
 // self-contained.
 //
-// Every script reads the clock with redis.call('TIME'), declares the single
-// key it touches in KEYS, gives every key it writes an expiry, and returns
-// integers only. Package lua has no code beyond the embedding and is safe
-// for concurrent use.
+// Every script reads the clock with redis.call('TIME'), declares every key
+// it touches in KEYS (all in one Cluster slot), and gives every key it
+// writes an expiry (the return lane's, lane.lua, moves asynq's own keys and
+// leaves their expiry to asynq); scripts return integers, and strings where
+// their header says so. Package lua has no code beyond the embedding and is
+// safe for concurrent use.
 package lua
 
 import (

@@ -41,6 +41,7 @@
 -- undo:    ARGV[8], ARGV[9] the planned end instant the take returned (us,
 --            ticks), ARGV[10] by room: the release the claim used, to put
 --            back ("" for none)
+-- ARGV[11] by room: how long the room's keys outlive a write, us
 -- Returns  {status, slot_us, now_us, planned_end_us, planned_end_ticks,
 --          release}
 --          status 1: admitted at slot_us, by the capacity the task held
@@ -79,11 +80,24 @@ local function signed_ticks(key)
   return (at - now) * den + rest
 end
 
+-- wait_again puts a released waiter back in the room, in its place,
+-- waiting as `waiting` says.
+local function wait_again(waiting)
+  local b1 = string.find(waiting, '|', 1, true)
+  local b2 = string.find(waiting, '|', b1 + 1, true)
+  redis.call('HSET', KEYS[4], waiter, waiting)
+  redis.call('ZADD', KEYS[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+  for i = 4, 5 do
+    redis.call('PEXPIRE', KEYS[i], ttl_ms(tonumber(ARGV[11])))
+  end
+end
+
 if mode == 1 then
   local debt = ticks_until(KEYS[1], now, den)
   local back = cancel(KEYS[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(ARGV[8]), tonumber(ARGV[9]))[1]
   if source == 2 and ARGV[10] ~= '' then
     redis.call('HSET', KEYS[4], waiter, ARGV[10])
+    redis.call('PEXPIRE', KEYS[4], ttl_ms(tonumber(ARGV[11])))
   end
   return {back, 0, now, 0, 0, ''}
 end
@@ -124,11 +138,7 @@ if held and (at == 0 or held == at) then
   if held < now - grace then
     if release ~= '' then
       -- Back to its place in the room, to be released again.
-      local waiting = string.sub(release, string.find(release, '|', 1, true) + 1)
-      local b1 = string.find(waiting, '|', 1, true)
-      local b2 = string.find(waiting, '|', b1 + 1, true)
-      redis.call('HSET', KEYS[4], waiter, waiting)
-      redis.call('ZADD', KEYS[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+      wait_again(string.sub(release, string.find(release, '|', 1, true) + 1))
     end
     return {6, held, now, 0, 0, ''}
   end
@@ -137,10 +147,8 @@ if held and (at == 0 or held == at) then
     if release ~= '' then
       -- Back to its place in the room, to be released after the block.
       local waiting = string.sub(release, string.find(release, '|', 1, true) + 1)
-      local b1 = string.find(waiting, '|', 1, true)
-      local b2 = string.find(waiting, '|', b1 + 1, true)
-      redis.call('HSET', KEYS[4], waiter, int(now + blocked) .. string.sub(waiting, b1))
-      redis.call('ZADD', KEYS[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+      local bar = string.find(waiting, '|', 1, true)
+      wait_again(int(now + blocked) .. string.sub(waiting, bar))
     end
     return {0, now + blocked, now, 0, 0, ''}
   end

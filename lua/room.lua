@@ -24,8 +24,17 @@
 --          meter_start.lua, its slot at <slot us>)
 -- KEYS[4]  the flows: hash of flow -> finish tag; field "" holds V and
 --          field "#" the last order of entry
--- KEYS[5]  the flows held back: hash of flow -> until when (Unix us)
--- KEYS[6]  release: the starts instant of the meter key (see
+-- KEYS[5]  the flows held back: hash of flow -> until when (Unix us;
+--          negated once the flow's first waiter is back for its end)
+-- KEYS[6]  the waiters set aside: sorted set, all scores 0, of members
+--          "<flow length>:<flow>|<tag, 16 digits><waiter ID>", so that a
+--          flow's are together in tag order (ZRANGEBYLEX). A flow held back
+--          waits here, out of the room's order, and so does every later
+--          waiter of a flow with any here: it comes back to the room one
+--          waiter at a time, its first when its hold ends, the next when
+--          one of its waiters is released or leaves. Held flows thus never
+--          fill the part of the room a release looks at.
+-- KEYS[7]  release: the starts instant of the meter key (see
 --          meter_start.lua): a start that came late holds back the releases
 --          after it, rather than every start after it
 -- ARGV[1]  mode: 0 enter, 1 release, 2 leave, 3 put a release back
@@ -62,9 +71,44 @@ local now = server_now()
 
 -- keep renews the expiry of the room's keys.
 local function keep(lifetime)
-  for i = 2, 5 do
+  for i = 2, 6 do
     redis.call('PEXPIRE', KEYS[i], ttl_ms(lifetime))
   end
+end
+
+-- flow_prefix is what a flow's members of the set aside start with.
+local function flow_prefix(flow)
+  return int(#flow) .. ':' .. flow .. '|'
+end
+
+-- aside_member is a waiter's member in the set aside.
+local function aside_member(flow, tag, id)
+  local digits = int(tag)
+  return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
+end
+
+-- first_aside returns the member of flow's first waiter set aside, or nil.
+local function first_aside(flow)
+  local prefix = flow_prefix(flow)
+  local found = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+  return found[1]
+end
+
+-- bring_back returns flow's first waiter set aside to the room.
+local function bring_back(flow)
+  local member = first_aside(flow)
+  if member then
+    local at = #flow_prefix(flow)
+    redis.call('ZREM', KEYS[6], member)
+    redis.call('ZADD', KEYS[2], tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
+  end
+end
+
+-- held_until returns until when flow is held back (0: it is not). A hold
+-- is stored negated once its flow's first waiter set aside was brought
+-- back for its end.
+local function held_until(flow)
+  return math.abs(tonumber(redis.call('HGET', KEYS[5], flow)) or 0)
 end
 
 -- parse splits a waiting waiter's info into eligible, flow, payload and
@@ -110,7 +154,11 @@ if mode == 0 then
     tag = math.max(v, finish)
     redis.call('HSET', KEYS[4], flow, int(tag + math.max(1, floor_div(SCALE, weight))))
   end
-  redis.call('ZADD', KEYS[2], int(tag), id)
+  if held_until(flow) > now or first_aside(flow) then
+    redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', KEYS[2], int(tag), id)
+  end
   redis.call('HSET', KEYS[3], id, int(now + tonumber(ARGV[5])) .. '|' .. int(tag) .. '|' .. int(#flow) .. '|' .. flow .. ARGV[6])
   keep(tonumber(ARGV[7]))
   return {redis.call('ZCARD', KEYS[2]), 1, now}
@@ -118,7 +166,18 @@ end
 
 if mode == 2 then
   local id = ARGV[2]
-  redis.call('ZREM', KEYS[2], id)
+  local info = redis.call('HGET', KEYS[3], id)
+  local was_in_room = redis.call('ZREM', KEYS[2], id)
+  if info then
+    if string.sub(info, 1, 1) == '=' then
+      info = string.sub(info, string.find(info, '|', 1, true) + 1)
+    end
+    local _, flow, _, tag = parse(info)
+    redis.call('ZREM', KEYS[6], aside_member(flow, tag, id))
+    if was_in_room == 1 and held_until(flow) <= now then
+      bring_back(flow) -- its next waiter takes its place
+    end
+  end
   return {redis.call('HDEL', KEYS[3], id), now}
 end
 
@@ -135,10 +194,14 @@ if mode == 3 then
   local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
   local _, flow, _, tag = parse(waiting)
   redis.call('HSET', KEYS[3], id, waiting)
-  redis.call('ZADD', KEYS[2], int(tag), id)
   local until_us = tonumber(ARGV[10])
   if until_us > now then
     redis.call('HSET', KEYS[5], flow, int(until_us))
+  end
+  if until_us > now or first_aside(flow) then
+    redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', KEYS[2], int(tag), id)
   end
   keep(tonumber(ARGV[11]))
   return {1, now}
@@ -149,11 +212,11 @@ local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(A
 local lead = tonumber(ARGV[6])
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local debt = math.max(ticks_until(KEYS[1], now, den), ticks_until(KEYS[6], now, den))
+local debt = math.max(ticks_until(KEYS[1], now, den), ticks_until(KEYS[7], now, den))
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then
-  if redis.call('ZCARD', KEYS[2]) == 0 then
+  if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
     return {0, 0, now}
   end
   return {0, now + ceil_div(wait - lead, den), now}
@@ -161,7 +224,8 @@ end
 local start = math.max(wait, 0)
 local slot_at = now + ceil_div(start, den) -- the meter's next start
 
--- release lets a waiter out with its start at start ticks from now.
+-- release lets a waiter out with its start at start ticks from now; its
+-- flow's next waiter set aside, if any, takes its place in the room.
 local function release(id, info, flow, payload, tag)
   debt = math.max(debt, start) + cost
   store_instant(KEYS[1], now, debt, den)
@@ -170,44 +234,81 @@ local function release(id, info, flow, payload, tag)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
   local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
+  bring_back(flow)
   keep(tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
   return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due}
 end
 
--- The first waiter in tag order that may start at the meter's next start
--- goes; when none may, the one that may start soonest goes at its time, if
--- that is within the lead (the capacity before it has no taker).
-local soonest, first = 0, nil
-local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
-for i = 1, #waiters do
-  local id = waiters[i]
-  local info = redis.call('HGET', KEYS[3], id)
-  if not info or string.sub(info, 1, 1) == '=' then
-    redis.call('ZREM', KEYS[2], id) -- left, expired, or released
-  else
-    local eligible, flow, payload, tag = parse(info)
-    local held_back = tonumber(redis.call('HGET', KEYS[5], flow)) or 0
-    if held_back > now then
-      eligible = math.max(eligible, held_back)
-    elseif held_back > 0 then
+local horizon = now + ceil_div(lead, den) -- the latest start this release may give
+
+-- Holds that end within the lead: the flow's first waiter set aside comes
+-- back to the room (a hold that has ended is forgotten). next_hold is the
+-- soonest end of the others.
+local next_hold = 0
+local holds = redis.call('HGETALL', KEYS[5])
+for i = 1, #holds, 2 do
+  local flow, raw = holds[i], tonumber(holds[i + 1])
+  local until_us = math.abs(raw)
+  if until_us <= horizon then
+    if raw > 0 then
+      bring_back(flow)
+    end
+    if until_us <= now then
       redis.call('HDEL', KEYS[5], flow)
+    elseif raw > 0 then
+      redis.call('HSET', KEYS[5], flow, int(-until_us)) -- brought back once
     end
-    if eligible <= slot_at then
-      return release(id, info, flow, payload, tag)
-    end
-    if soonest == 0 or eligible < soonest then
-      soonest, first = eligible, {id, info, flow, payload, tag}
-    end
+  elseif next_hold == 0 or until_us < next_hold then
+    next_hold = until_us
   end
 end
-if first and soonest <= now + ceil_div(lead, den) then
+
+-- The first waiter in tag order that may start at the meter's next start
+-- goes; when none may, the one that may start soonest goes at its time, if
+-- that is within the lead (the capacity before it has no taker). A waiter
+-- of a flow held back beyond the lead is set aside, out of the way.
+local soonest, first = 0, nil
+for _ = 1, 4 do
+  local aside = 0
+  local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
+  for i = 1, #waiters do
+    local id = waiters[i]
+    local info = redis.call('HGET', KEYS[3], id)
+    if not info or string.sub(info, 1, 1) == '=' then
+      redis.call('ZREM', KEYS[2], id) -- left, expired, or released
+    else
+      local eligible, flow, payload, tag = parse(info)
+      local held_back = held_until(flow)
+      if held_back > horizon then
+        redis.call('ZREM', KEYS[2], id)
+        redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+        aside = aside + 1
+      else
+        eligible = math.max(eligible, held_back)
+        if eligible <= slot_at then
+          return release(id, info, flow, payload, tag)
+        end
+        if soonest == 0 or eligible < soonest then
+          soonest, first = eligible, {id, info, flow, payload, tag}
+        end
+      end
+    end
+  end
+  if aside == 0 or first then
+    break
+  end
+end
+if first and soonest <= horizon then
   start = math.max(start, (soonest - now) * den)
   return release(first[1], first[2], first[3], first[4], first[5])
 end
+if next_hold > 0 and (soonest == 0 or next_hold < soonest) then
+  soonest = next_hold
+end
 if soonest == 0 then
-  if redis.call('ZCARD', KEYS[2]) == 0 then
+  if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
     return {0, 0, now}
   end
   soonest = now + 1000 -- only released or expired waiters were looked at

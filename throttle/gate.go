@@ -29,6 +29,7 @@ const (
 	waitersSuffix = ":waiters"
 	flowsSuffix   = ":flows"
 	heldSuffix    = ":held"
+	asideSuffix   = ":aside"
 )
 
 // roomLifetime is how long a room's keys outlive their last write.
@@ -168,7 +169,8 @@ func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim,
 		at = req.At.UnixMicro()
 	}
 	args := append([]any{"0"}, l.meterArgs(req.N)...)
-	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(l.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()))
+	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(l.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()),
+		itoa(roomLifetime.Microseconds()))
 	values, err := l.evalValues(ctx, meterClaimScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
 	if err != nil {
 		return gate.Claim{}, l.unavailable(ctx, err)
@@ -206,7 +208,7 @@ func undoClaim(ctx context.Context, limiter any, key string, n int, held int, wa
 		return nil
 	}
 	args := append([]any{"1"}, l.meterArgs(n)...)
-	args = append(args, strconv.Itoa(held), waiter, c.Undo[0], c.Undo[1], c.Undo[2])
+	args = append(args, strconv.Itoa(held), waiter, c.Undo[0], c.Undo[1], c.Undo[2], itoa(roomLifetime.Microseconds()))
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, meterClaimScript, l.startKeys(key, held, waiter), args)
 		return err
@@ -220,7 +222,7 @@ func undoClaim(ctx context.Context, limiter any, key string, n int, held int, wa
 // roomKeys returns the keys of room.lua for a meter key.
 func (l *Limiter) roomKeys(key string) []string {
 	state := l.Key(key)
-	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix, state + heldSuffix}
+	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix, state + heldSuffix, state + asideSuffix}
 }
 
 func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight int, after time.Duration, payload string) (int, error) {

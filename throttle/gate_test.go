@@ -301,3 +301,55 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 		t.Fatalf("Release after the block: %+v, %v; want w2 again", rel3, err)
 	}
 }
+
+// TestHeldFlowsDoNotBlockOthers: a flow held back (its own other limit has
+// no room) does not keep the other flows waiting, however many of its
+// waiters come first in the room's order; when its hold ends, its waiters
+// go out again, in their order.
+func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000000), Burst: 1000})
+	ctx := context.Background()
+	enter := func(flow string, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("%s-%03d", flow, i), flow, 1, 0, "p"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	releaseAll := func(what string, want func(i int) string, n int) {
+		t.Helper()
+		for i := range n {
+			rel, err := workergate.Release(ctx, l, "all", 1, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rel.OK || rel.Waiter != want(i) {
+				t.Fatalf("release %d %s: %+v; want %s", i, what, rel, want(i))
+			}
+		}
+	}
+	enter("heavy", 300)
+	enter("light", 400)
+	rel, err := workergate.Release(ctx, l, "all", 1, time.Second)
+	if err != nil || !rel.OK || rel.Waiter != "heavy-000" {
+		t.Fatalf("Release: %+v, %v; want heavy-000", rel, err)
+	}
+	// heavy's own limit has no room for a minute: it is held back.
+	if err := workergate.PutBack(ctx, l, "all", 1, rel, clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	enter("heavy", 1) // already there: keeps its place
+	releaseAll("while heavy is held", func(i int) string { return fmt.Sprintf("light-%03d", i) }, 400)
+	rel, err = workergate.Release(ctx, l, "all", 1, time.Second)
+	if err != nil || rel.OK || !rel.Due.Equal(clock.Now().Add(time.Minute-time.Second)) {
+		t.Fatalf("Release with only held waiters left: %+v, %v; want none, and a turn a lead before the hold ends", rel, err)
+	}
+	clock.Advance(time.Minute)
+	releaseAll("after the hold", func(i int) string { return fmt.Sprintf("heavy-%03d", i) }, 300)
+	if rel, err := workergate.Release(ctx, l, "all", 1, time.Second); err != nil || rel.OK || !rel.Due.IsZero() {
+		t.Fatalf("Release of an empty room: %+v, %v; want none", rel, err)
+	}
+}

@@ -113,7 +113,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	state := l.Key(key)
 	return l.del(ctx, state, blockKey(state), state+ticketsSuffix,
-		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix)
+		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix)
 }
 
 // BlockFor stops key admitting anything for d, in every process sharing

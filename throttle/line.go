@@ -161,13 +161,16 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 
 // park marks waiter, in key's line, as away until ttl from now: a release
 // that frees a slot near its place calls it back, handing payload to the
-// limiter's call function (see onCall).
+// limiter's call function (see onCall). A slot already free for it (freed
+// while it was on its way here) calls it back at once.
 func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload string, ttl time.Duration) error {
 	args := append([]any{"5", waiter}, c.params...)
-	args = append(args, itoa(ttl.Microseconds()), payload)
-	if _, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args); err != nil {
+	args = append(args, itoa(ttl.Microseconds()), payload, c.Key(key)+wakeSuffix)
+	values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
+	if err != nil {
 		return c.unavailable(ctx, err)
 	}
+	c.called(values) // a slot freed on its way: called back at once
 	return nil
 }
 

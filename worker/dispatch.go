@@ -28,6 +28,10 @@ type turn struct {
 	id    string
 	rule  *Rule // a room: its rule and key
 	key   string
+	// gone counts the looks that found a task released from a room, or
+	// called back from a cap's line, not (yet) in asynq: a hand-over copy
+	// is enqueued just after its entry names it. 0: not looked for again.
+	gone int
 }
 
 // turns is a min-heap of turns by time (container/heap).
@@ -66,17 +70,24 @@ type roomID struct {
 // notYetAgain is how soon a task not yet in asynq's hands is tried again.
 const notYetAgain = 20 * time.Millisecond
 
+// releasedGoneLooks is how many times a task released from a room is
+// looked for when asynq does not know it (a second's worth): a hand-over
+// copy may be enqueued a moment after its release.
+const releasedGoneLooks = 50
+
 // at queues a turn and wakes the loop if it is the soonest. A room already
 // due sooner keeps its turn.
-func (t *Throttler) at(tn turn) { t.turnAt(tn, false) }
+func (t *Throttler) at(tn turn) { t.turnAt(tn, 0) }
 
-// roomTurn queues a turn of a room that has none queued: a room the
-// dispatcher already serves keeps the turn its meter gave it.
-func (t *Throttler) roomTurn(rule *Rule, key string) {
-	t.turnAt(turn{at: time.Now(), rule: rule, key: key}, true)
+// roomTurn queues a room's turn at, for a waiter that entered it; a turn
+// already queued less than a second later is kept (its meter has no room
+// before it, typically): only a turn far off (a flow held back, a block)
+// gives way.
+func (t *Throttler) roomTurn(rule *Rule, key string, at time.Time) {
+	t.turnAt(turn{at: at, rule: rule, key: key}, time.Second)
 }
 
-func (t *Throttler) turnAt(tn turn, unlessQueued bool) {
+func (t *Throttler) turnAt(tn turn, slack time.Duration) {
 	d := &t.dispatch
 	d.mu.Lock()
 	if d.closed {
@@ -85,7 +96,7 @@ func (t *Throttler) turnAt(tn turn, unlessQueued bool) {
 	}
 	if tn.rule != nil {
 		id := roomID{tn.rule, tn.key}
-		if due, ok := d.rooms[id]; ok && (unlessQueued || !due.After(tn.at)) {
+		if due, ok := d.rooms[id]; ok && !due.After(tn.at.Add(slack)) {
 			d.mu.Unlock()
 			return
 		}
@@ -171,6 +182,10 @@ func (t *Throttler) due(now time.Time) []turn {
 func (t *Throttler) serve(ctx context.Context, tn turn) {
 	if tn.rule == nil {
 		moved, err := t.move(ctx, tn.queue, tn.id)
+		if moved == laneGone && tn.gone > 0 && tn.gone < releasedGoneLooks {
+			tn.gone++
+			moved = laneNotYet
+		}
 		if err != nil || moved == laneNotYet {
 			tn.at = time.Now().Add(notYetAgain)
 			if err != nil {
@@ -212,10 +227,10 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 			continue
 		}
 		moved, err := t.move(ctx, queue, id)
-		if err != nil || moved == laneNotYet {
+		if err != nil || moved != laneMoved {
 			// Not in asynq's hands yet (or Redis failed): moved as soon as
 			// it is.
-			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id})
+			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
 		}
 		if rel.Due.After(time.Now()) {
 			return rel.Due // the meter has no room for the next before then

@@ -15,6 +15,8 @@
 //	srv := asynq.NewServerFromRedisClient(rdb, cfg)
 //	mux := asynq.NewServeMux()
 //	mux.Use(t.Middleware)
+//	// ... srv.Run(mux); then, once the server has stopped:
+//	t.Close(ctx)
 //
 // # How a throttled task travels
 //

@@ -337,11 +337,11 @@ func (tk *task) waiterID() string {
 	return tk.id
 }
 
-// comeBackAfter is how long a task refused by a window (or a cap, outside
-// an asynq server) stays away: the refusal's wait plus a random spread of
-// up to as much again (1 s to 30 s), so that tasks turned away together do
-// not return together; a full concurrency cap is asked again after about a
-// second.
+// comeBackAfter is how long a task refused by a window stays away: the
+// refusal's wait plus a random spread of up to as much again (1 s to 30 s),
+// so that tasks turned away together do not return together. A task
+// refused by a full concurrency cap outside an asynq server (nothing could
+// call it back) is asked again after about a second.
 func comeBackAfter(r *refusal) time.Duration {
 	if r.rule.conc != nil && r.err == nil {
 		return time.Second + rand.N(time.Second)

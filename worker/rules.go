@@ -28,10 +28,13 @@ type Rule struct {
 // policy, one limit per key (by default the task type).
 //
 // With a TokenBucket or GCRA limiter a task that cannot run within the
-// inline wait books its slot for later (up to [BookAhead]) and comes back
-// to it: rescheduled tasks return one by one at the rate. With the other
-// policies a throttled task returns after the limiter's RetryAfter, spread
-// by a random jitter of up to that much again (at least 1 s, at most 30 s).
+// inline wait books its slot for later (up to [BookAhead]) and is brought
+// back to the head of its queue at it: rescheduled tasks return one by one
+// at the rate. A task under several such rules, or under one with
+// [FairBy], waits for its turn in the waiting room of one of them instead
+// (see the package documentation). With the other policies a throttled
+// task returns after the limiter's RetryAfter, spread by a random jitter
+// of up to that much again (at least 1 s, at most 30 s).
 func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
 	r := Rule{name: name, match: match, limiter: limiter, key: ByType(), bookAhead: DefaultBookAhead}
 	if limiter == nil {
@@ -43,8 +46,11 @@ func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOpt
 // Concurrency returns a rule that lets at most the limiter's Limit of the
 // tasks match picks run at once, per key, across every server: a lease is
 // taken before the handler runs and released when it returns, fails,
-// panics or is cancelled. A task that finds every slot taken waits inline
-// for a while, then returns to asynq after about a second.
+// panics or is cancelled. A task that finds every slot taken stands in the
+// cap's line, in the order tasks came, and waits inline to be woken when a
+// slot is freed for it; when its inline wait runs out it keeps its place
+// and goes back to asynq, and is called back to the head of its queue as
+// its turn nears (or returns after 10 s if nobody calls it).
 func Concurrency(name string, match Matcher, limiter *throttle.ConcurrencyLimiter, opts ...RuleOption) Rule {
 	r := Rule{name: name, match: match, conc: limiter, key: ByType()}
 	if limiter == nil {
@@ -198,7 +204,10 @@ func (f *fairness) flowOf(t *asynq.Task) (string, int, error) {
 // says what the limit counts, typically one key for all ("overall"); by
 // says which flow a task is in. Tasks a FairBy rule turns away wait in its
 // key's waiting room and are let out as the limit allows (see the package
-// documentation). Default: none, first come, first served.
+// documentation). Default: a task under several TokenBucket or GCRA rules
+// is shared fairly by its key in the first of them (its tenant, typically)
+// with weight 1; a task under one such rule is served in the order of its
+// slots.
 func FairBy(by KeyFunc) RuleOption {
 	return ruleOptionFunc(func(r *Rule) error {
 		if by == nil {

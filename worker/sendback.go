@@ -99,7 +99,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 	}
-	t.roomTurn(r.rule, r.key)
+	t.roomTurn(r.rule, r.key, eligible.Add(-t.laneLead()))
 	fallback := eligible.Add(2*time.Duration(size)*r.rule.interval() + roomFallback)
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
@@ -160,7 +160,7 @@ func (t *Throttler) callBack(payload string) {
 	if !ok {
 		return
 	}
-	t.at(turn{at: time.Now(), queue: queue, id: id})
+	t.at(turn{at: time.Now(), queue: queue, id: id, gone: 1}) // it may be on its way to asynq
 }
 
 // giveUp counts a throttle of the task against its rule's give-up policy,

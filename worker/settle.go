@@ -75,12 +75,12 @@ const settleLimit = 30 * time.Second
 // WithSettle chooses whether a task waits, once its handler has returned
 // or it was throttled, until Redis answers before its outcome goes back to
 // asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
-// task, but when every rule's limiter uses the client given to New and
+// task, skipped when every rule's limiter uses the client given to New and
 // that Redis answered one of the Throttler's calls in the last 100 ms (as
-// on any busy worker): then it is up, and the PING is skipped. asynq writes a task's outcome once, when the handler
-// returns; without this, a task that ends while Redis is down stays
-// active until its lease runs out and then runs again, or is archived if
-// it had no retries left. The client given to [New] must be asynq's Redis.
+// on any busy worker): then it is up. asynq writes a task's outcome once,
+// when the handler returns; without this, a task that ends while Redis is
+// down stays active until its lease runs out and then runs again, or is
+// archived if it had no retries left. The client given to [New] must be asynq's Redis.
 // Default: true.
 func WithSettle(on bool) Option {
 	return optionFunc(func(c *config) error {

@@ -48,6 +48,7 @@ type demo struct {
 	partner   *partnerAPI
 	servers   []*asynq.Server
 	sched     *scheduler.Scheduler
+	th        *worker.Throttler
 	inspector *asynq.Inspector
 	started   time.Time
 	enqueued  time.Time // when the servers started and the tasks went in
@@ -97,6 +98,7 @@ func startDemo(opts options) (*demo, error) {
 		d.stop()
 		return nil, err
 	}
+	d.th = th
 	d.plan()
 	d.enqueued = time.Now()
 	for range opts.servers {
@@ -303,6 +305,11 @@ func (d *demo) stop() {
 	}
 	for _, s := range d.servers {
 		s.Shutdown()
+	}
+	if d.th != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.th.Close(ctx)
+		cancel()
 	}
 	if d.partner != nil {
 		d.partner.Close()

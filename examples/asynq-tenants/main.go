@@ -63,6 +63,7 @@ func main() {
 	if err := srv.Start(mux); err != nil {
 		log.Fatal(err)
 	}
+	defer func() { _ = th.Close(context.Background()) }() // after the server: stops the dispatcher that brings tasks back
 	defer srv.Shutdown()
 
 	// A big tenant with 20 calls and two small ones with 5 each.

@@ -60,6 +60,7 @@ func main() {
 	}))); err != nil {
 		log.Fatal(err)
 	}
+	defer func() { _ = th.Close(context.Background()) }() // after the server: stops the dispatcher that brings tasks back
 	defer srv.Shutdown()
 
 	// The nightly job; here every 2 seconds, once. In production:
