@@ -23,6 +23,8 @@
 --          ticket; else absent
 -- KEYS[5]  by room: the room; by ticket: the generation of the key's
 --          tickets; else absent
+-- KEYS[6]  by room: the waiters set aside (see room.lua); a fresh task
+--          takes nothing while anyone waits, there or in the room
 -- ARGV[1]  mode: 0 claim or take, 1 undo a take
 -- ARGV[2]  n, units (1 <= n <= burst, checked by the caller)
 -- ARGV[3]  burst
@@ -129,7 +131,7 @@ elseif source == 2 then
     local c2 = string.find(info, ':', c1 + 1, true)
     local bar = string.find(info, '|', 1, true)
     held, release = tonumber(string.sub(info, c2 + 1, bar - 1)), info
-  elseif info or redis.call('ZCARD', KEYS[5]) > 0 then
+  elseif info or redis.call('ZCARD', KEYS[5]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
     return {0, 0, now, 0, 0, ''} -- the room decides
   end
 end

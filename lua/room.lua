@@ -29,11 +29,13 @@
 -- KEYS[6]  the waiters set aside: sorted set, all scores 0, of members
 --          "<flow length>:<flow>|<tag, 16 digits><waiter ID>", so that a
 --          flow's are together in tag order (ZRANGEBYLEX). A flow held back
---          waits here, out of the room's order, and so does every later
---          waiter of a flow with any here: it comes back to the room one
---          waiter at a time, its first when its hold ends, the next when
---          one of its waiters is released or leaves. Held flows thus never
---          fill the part of the room a release looks at.
+--          waits here, out of the room's order, as do its waiters that
+--          come meanwhile: they come back to the room one waiter at a
+--          time, its first as its hold nears its end and another when it
+--          ends, the next whenever one of its waiters is released or leaves.
+--          Held flows thus never fill the part of the room a release looks
+--          at, and a flow never has waiters here with none in the room nor
+--          a hold to bring them back.
 -- KEYS[7]  release: the starts instant of the meter key (see
 --          meter_start.lua): a start that came late holds back the releases
 --          after it, rather than every start after it
@@ -154,7 +156,7 @@ if mode == 0 then
     tag = math.max(v, finish)
     redis.call('HSET', KEYS[4], flow, int(tag + math.max(1, floor_div(SCALE, weight))))
   end
-  if held_until(flow) > now or first_aside(flow) then
+  if held_until(flow) > now then
     redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
   else
     redis.call('ZADD', KEYS[2], int(tag), id)
@@ -198,7 +200,7 @@ if mode == 3 then
   if until_us > now then
     redis.call('HSET', KEYS[5], flow, int(until_us))
   end
-  if until_us > now or first_aside(flow) then
+  if until_us > now then
     redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
   else
     redis.call('ZADD', KEYS[2], int(tag), id)
@@ -252,7 +254,7 @@ for i = 1, #holds, 2 do
   local flow, raw = holds[i], tonumber(holds[i + 1])
   local until_us = math.abs(raw)
   if until_us <= horizon then
-    if raw > 0 then
+    if raw > 0 or until_us <= now then
       bring_back(flow)
     end
     if until_us <= now then

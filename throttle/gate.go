@@ -91,7 +91,7 @@ func (l *Limiter) startKeys(key string, held int, ticket string) []string {
 	case gate.HeldByTicket:
 		keys = append(keys, ticketKey(state, ticket), state+ticketsSuffix)
 	case gate.HeldByRoom:
-		keys = append(keys, state+waitersSuffix, state+roomSuffix)
+		keys = append(keys, state+waitersSuffix, state+roomSuffix, state+asideSuffix)
 	}
 	return keys
 }

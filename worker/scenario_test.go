@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -370,4 +371,41 @@ func TestFairShares(t *testing.T) {
 	if most := out.mostInASecond(out.runs); most > 31 {
 		t.Errorf("%d admissions in one second over all tenants; the overall rule allows 31", most)
 	}
+}
+
+// TestSharesGoToTenantsWithRoom: overall 40/s shared fairly by tenant; one
+// tenant's plan allows it 10/s, the other's 40/s. The slow tenant weighs
+// ten times as much and enqueues first, so that scores of its waiters come
+// first in the shared order, but it can use only 10/s: the other gets the
+// remaining 30/s (at least 90% of it) while both have a backlog.
+func TestSharesGoToTenantsWithRoom(t *testing.T) {
+	tg := redistest.New(t)
+	plan := func(slow bool) worker.Matcher {
+		return worker.MatchFunc(func(at *asynq.Task) bool { return strings.Contains(string(at.Payload()), `"slow"`) == slow })
+	}
+	rules := func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
+		tenant := worker.ByPayloadField("tenant")
+		weight := func(flow string) int { return map[string]int{"slow": 10}[flow] }
+		return []worker.Rule{
+			worker.Rate("slow-plan", plan(true), gcra(tb, client, prefix, 10), worker.KeyBy(tenant)),
+			worker.Rate("fast-plan", plan(false), gcra(tb, client, prefix, 40), worker.KeyBy(tenant)),
+			worker.Rate("overall", worker.AnyTask(), gcra(tb, client, prefix, 40), worker.KeyBy(worker.Constant("all")),
+				worker.FairBy(tenant), worker.Weights(weight)),
+		}
+	}
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: rules, work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "slow", tasks: 110}, {tenant: "fast", tasks: 100, after: 500 * time.Millisecond}}})
+	out.report(t, "a slow plan and a fast one")
+	tenants := out.byTenant()
+	from, to := out.shared("slow", "fast")
+	if to.Sub(from) < 2*time.Second {
+		t.Fatalf("the tenants shared for %s only; the test needs longer", to.Sub(from))
+	}
+	slow, fast := out.rate(tenants["slow"], from, to), out.rate(tenants["fast"], from, to)
+	t.Logf("figures: a slow plan and a fast one: %.1f/s and %.1f/s while both had a backlog (%s)", slow, fast, to.Sub(from).Round(time.Millisecond))
+	if slow < 0.9*10 || fast < 0.9*30 {
+		t.Errorf("the tenants got %.1f/s (slow, 10/s) and %.1f/s (fast, 30/s left of 40/s); want at least 90%% of each", slow, fast)
+	}
+	asynqtest.CheckHeld(t, tenants["slow"], out.slots, out.offset, time.Second, 11)
+	asynqtest.CheckHeld(t, out.runs, out.slots, out.offset, time.Second, 41)
 }
