@@ -377,7 +377,11 @@ func TestFairShares(t *testing.T) {
 // tenant's plan allows it 10/s, the other's 40/s. The slow tenant weighs
 // ten times as much and enqueues first, so that scores of its waiters come
 // first in the shared order, but it can use only 10/s: the other gets the
-// remaining 30/s (at least 90% of it) while both have a backlog.
+// remaining 30/s while both have a backlog. The bound is 80% of each
+// rate: the window is under 3 s, a lost slot or two under -race on a busy
+// machine is 3-7% of it, and what this test is after is the other tenant
+// being kept out (before the held tenant's waiters were set aside, it got
+// 13.1/s of its 30/s).
 func TestSharesGoToTenantsWithRoom(t *testing.T) {
 	tg := redistest.New(t)
 	plan := func(slow bool) worker.Matcher {
@@ -403,8 +407,8 @@ func TestSharesGoToTenantsWithRoom(t *testing.T) {
 	}
 	slow, fast := out.rate(tenants["slow"], from, to), out.rate(tenants["fast"], from, to)
 	t.Logf("figures: a slow plan and a fast one: %.1f/s and %.1f/s while both had a backlog (%s)", slow, fast, to.Sub(from).Round(time.Millisecond))
-	if slow < 0.9*10 || fast < 0.9*30 {
-		t.Errorf("the tenants got %.1f/s (slow, 10/s) and %.1f/s (fast, 30/s left of 40/s); want at least 90%% of each", slow, fast)
+	if slow < 0.8*10 || fast < 0.8*30 {
+		t.Errorf("the tenants got %.1f/s (slow, 10/s) and %.1f/s (fast, 30/s left of 40/s); want at least 80%% of each", slow, fast)
 	}
 	asynqtest.CheckHeld(t, tenants["slow"], out.slots, out.offset, time.Second, 11)
 	asynqtest.CheckHeld(t, out.runs, out.slots, out.offset, time.Second, 41)
