@@ -249,7 +249,11 @@ func TestLeasesLeaveNoGoroutines(t *testing.T) {
 	c := newConcurrency(t, tg.Client, tg.Prefix, throttle.Concurrency{Limit: 100, Lease: time.Second})
 	// Count the renewal goroutines themselves: the client's own come and go
 	// (a cluster client reloads its view of the nodes in the background).
+	// A lease of an earlier test may still be winding down: let it end.
 	before := renewals()
+	for deadline := time.Now().Add(10 * time.Second); before > 0 && time.Now().Before(deadline); before = renewals() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	var leases []*throttle.Lease
 	for range 100 {
 		lease, _, err := c.Acquire(context.Background(), "k")
