@@ -70,9 +70,12 @@ func TestDenyCacheCutsRedisCalls(t *testing.T) {
 
 // TestDenyCacheDeniesOnlyWhatRedisDenied: smaller requests than the one
 // rejected still go to Redis; the cache lets go when the wait is over; a
-// Reset forgets it.
+// Reset forgets it. Redis's clock is driven (a window turning between two
+// calls would refill it); the cache's own expiry runs on this process's.
 func TestDenyCacheDeniesOnlyWhatRedisDenied(t *testing.T) {
-	tg := redistest.New(t)
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	clock.Set(time.Unix(1_800_000_000, 0)) // a window's start
 	l := newLimiter(t, tg, throttle.FixedWindow{Limit: 4, Window: 300 * time.Millisecond}, throttle.WithDenyCache(10))
 	ctx := context.Background()
 	allowN(t, l, "k", 2)
@@ -90,6 +93,7 @@ func TestDenyCacheDeniesOnlyWhatRedisDenied(t *testing.T) {
 	if none.Allowed {
 		t.Fatalf("the window is spent: %+v", none)
 	}
+	clock.Advance(none.RetryAfter)
 	time.Sleep(none.RetryAfter)
 	if after := allowN(t, l, "k", 1); !after.Allowed {
 		t.Fatalf("after the wait: %+v; the cache must let go", after)
