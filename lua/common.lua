@@ -101,25 +101,35 @@ local function store_state(key, ttl_us, a, b, c, d)
 end
 
 -- Instants. The meters store one instant per key: a microsecond, plus a
--- remainder in ticks of 1/den microsecond when the rate's interval is not a
--- whole number of microseconds ("<us>" or "<us>:<ticks>").
+-- remainder in ticks of 1/den microsecond, and the rate's interval that
+-- measured it, num/den microseconds a unit: "<us>:<ticks>:<num>:<den>".
+-- ("<us>" and "<us>:<ticks>", written before the interval was kept, are
+-- read as measured by the policy reading them.) What an instant stands for
+-- does not depend on the policy: how many units are spoken for until it,
+-- (its distance from now in ticks) / num. A policy reading an instant
+-- measured by another converts it so: the units carry over, rounded up, and
+-- a limiter whose policy changed keeps what was consumed.
 
--- ticks_until returns how many ticks from now until the instant stored at
--- key; 0 when it is absent or has passed.
-local function ticks_until(key, now, den)
-  local raw = redis.call('GET', key)
-  if not raw then
+-- convert_ticks returns ticks measured with interval onum/oden as ticks of
+-- interval num/den: the same number of units, rounded up, capped below
+-- 2^52 so that later arithmetic stays exact.
+local function convert_ticks(ticks, onum, num)
+  return math.min(math.ceil(ticks * num / onum), 4503599627370496)
+end
+
+-- ticks_until returns how many ticks of den (units of num ticks) from now
+-- until the instant stored at key; 0 when it is absent or has passed.
+local function ticks_until(key, now, num, den)
+  local at = load_state(key)
+  if not at or at[1] < now then
     return 0
   end
-  local colon = string.find(raw, ':', 1, true)
-  local at, rest = tonumber(raw), 0
-  if colon then
-    at, rest = tonumber(string.sub(raw, 1, colon - 1)), tonumber(string.sub(raw, colon + 1))
+  local onum, oden = at[3] or num, at[4] or den
+  local ticks = (at[1] - now) * oden + (at[2] or 0)
+  if onum ~= num or oden ~= den then
+    return convert_ticks(ticks, onum, num)
   end
-  if at < now then
-    return 0
-  end
-  return (at - now) * den + rest
+  return ticks
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a
@@ -129,14 +139,11 @@ local function instant_after(now, ticks, den)
   return now + whole, ticks - whole * den
 end
 
--- store_instant stores the instant ticks after now, expiring when it comes.
-local function store_instant(key, now, ticks, den)
+-- store_instant stores the instant ticks after now, measured with interval
+-- num/den, expiring when it comes.
+local function store_instant(key, now, ticks, num, den)
   local at, rest = instant_after(now, ticks, den)
-  if rest > 0 then
-    store_state(key, ceil_div(ticks, den), at, rest)
-  else
-    store_state(key, at - now, at)
-  end
+  store_state(key, math.max(1, ceil_div(ticks, den)), at, rest, num, den)
 end
 
 -- Reservations (TokenBucket and GCRA). Both meters keep one instant, the
@@ -190,7 +197,7 @@ local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, 
     return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
   end
   debt = wait + tolerance
-  store_instant(key, now, debt, den)
+  store_instant(key, now, debt, per_unit, den)
   local end_us, end_ticks = instant_after(now, debt, den)
   if ticket and wait + grace > 0 then
     -- kept a millisecond past the grace, so a caller arriving at its end
@@ -215,7 +222,7 @@ end
 -- block.lua's queries. Returns the time the block holds.
 local function block(key, block_key, now, debt, tolerance, per_unit, den, block_us)
   debt = math.max(debt, block_us * den + tolerance - per_unit)
-  store_instant(key, now, debt, den)
+  store_instant(key, now, debt, per_unit, den)
   local left = math.max(blocked_for(block_key, now), block_us)
   redis.call('SET', block_key, int(now + left), 'PX', ttl_ms(left))
   return {1, 0, left, ceil_div(debt, den), now}
@@ -238,7 +245,7 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   end
   debt = debt - back
   if debt > 0 then
-    store_instant(key, now, debt, den)
+    store_instant(key, now, debt, per_unit, den)
   else
     redis.call('DEL', key)
   end

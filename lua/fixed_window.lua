@@ -1,7 +1,10 @@
 -- fixed_window.lua: at most limit units per window, windows aligned to the
 -- Unix epoch (a 1-minute window resets at every whole minute).
 --
--- KEYS[1]  state "<window index>:<count>"; absent means nothing counted
+-- KEYS[1]  state "<window index>:<count>:<window us>"; absent means nothing
+--          counted. Counted under another window length (a policy changed),
+--          the count carries over into the current window while the window
+--          it was counted in lasts.
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
 --          admitted
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
@@ -31,9 +34,19 @@ if mode == MODE_CANCEL then
   -- Units taken in a window that has ended need no giving back.
   if state and state[1] == taken_in and state[1] >= index then
     count = math.max(0, state[2] - n)
-    store_state(KEYS[1], (taken_in + 1) * window - now, taken_in, count)
+    store_state(KEYS[1], (taken_in + 1) * window - now, taken_in, count, window)
   end
   return {1, limit - count, 0, 0, now}
+end
+
+-- A count made with another window length (a policy changed) carries over
+-- into the current window while the window it was counted in lasts.
+if state and state[3] and state[3] ~= window then
+  if (state[1] + 1) * state[3] > now then
+    state = {index, state[2], window}
+  else
+    state = nil
+  end
 end
 
 -- A stored index ahead of ours means the clock stepped back: keep counting
@@ -54,7 +67,7 @@ if count + n > limit then
 end
 if mode ~= MODE_PEEK then
   count = count + n
-  store_state(KEYS[1], until_end, index, count)
+  store_state(KEYS[1], until_end, index, count, window)
 end
 local reset_after = 0
 if count > 0 then

@@ -32,13 +32,26 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local debt = 0
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  local colon = string.find(stored, ':', 1, true)
-  local tat, ticks = tonumber(stored), 0
-  if colon then
-    tat, ticks = tonumber(string.sub(stored, 1, colon - 1)), tonumber(string.sub(stored, colon + 1))
+  -- "<us>", "<us>:<ticks>" or "<us>:<ticks>:<num>:<den>": see common.lua's
+  -- Instants; measured with another interval, the units carry over
+  local f1 = (string.find(stored, ':', 1, true))
+  local tat, ticks, onum, oden = tonumber(stored), 0, T, den
+  if f1 then
+    tat = tonumber(string.sub(stored, 1, f1 - 1))
+    local f2 = (string.find(stored, ':', f1 + 1, true))
+    if f2 then
+      local f3 = (string.find(stored, ':', f2 + 1, true))
+      ticks = tonumber(string.sub(stored, f1 + 1, f2 - 1))
+      onum, oden = tonumber(string.sub(stored, f2 + 1, f3 - 1)), tonumber(string.sub(stored, f3 + 1))
+    else
+      ticks = tonumber(string.sub(stored, f1 + 1))
+    end
   end
   if tat >= now then
-    debt = (tat - now) * den + ticks
+    debt = (tat - now) * oden + ticks
+    if onum ~= T or oden ~= den then
+      debt = math.min(math.ceil(debt * T / onum), 4503599627370496)
+    end
   end
 end
 local tolerance = burst * T
@@ -51,10 +64,7 @@ end
 if mode == 0 then -- take: the TAT moves to now + new_debt
   debt = new_debt
   local whole = math.floor(debt / den)
-  local value = string.format('%d', now + whole)
-  if debt > whole * den then
-    value = value .. ':' .. string.format('%d', debt - whole * den)
-  end
+  local value = string.format('%d:%d:%d:%d', now + whole, debt - whole * den, T, den)
   redis.call('SET', KEYS[1], value, 'PX', string.format('%d', math.max(1, math.ceil(debt / den / 1000))))
 end
 return {1, math.floor((tolerance - debt) / T), 0, math.ceil(debt / den), now}

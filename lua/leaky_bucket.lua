@@ -2,8 +2,9 @@
 -- unit pours one drop into a bucket of the given capacity that leaks at the
 -- rate; a request that would overflow it is rejected whole, never queued.
 --
--- KEYS[1]  state "<level>:<last us>": the water level in ticks of leak time
---          at the instant of the last admission; absent means empty
+-- KEYS[1]  state "<level>:<last us>:<num>:<den>": the water level in ticks
+--          of leak time at the instant of the last admission, and the rate
+--          that measured it; absent means empty
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
 --          admitted
 -- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing),
@@ -34,9 +35,15 @@ if state then
   -- from that instant, so no leaking is counted twice.
   stamp = math.max(now, state[2])
   local drained = stamp - state[2]
+  -- measured with another rate (a policy changed), the level drains at
+  -- that rate until now, then carries over in units, rounded up
+  local onum, oden = state[3] or num, state[4] or den
   -- compare before multiplying, so a long idle gap cannot overflow
-  if drained < ceil_div(state[1], den) then
-    level = state[1] - drained * den
+  if drained < ceil_div(state[1], oden) then
+    level = state[1] - drained * oden
+    if onum ~= num or oden ~= den then
+      level = math.min(ceil_div(level * num, onum), 4503599627370496)
+    end
   end
 end
 local full = capacity * num
@@ -45,7 +52,7 @@ local pour = n * num
 if mode == MODE_CANCEL then
   level = math.max(0, level - pour)
   if level > 0 then
-    store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp)
+    store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, num, den)
   else
     redis.call('DEL', KEYS[1])
   end
@@ -62,6 +69,6 @@ if level + pour > full then
 end
 if mode ~= MODE_PEEK then
   level = level + pour
-  store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp)
+  store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, num, den)
 end
 return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}

@@ -40,7 +40,7 @@ local burst, per_unit, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV
 
 local now = server_now()
 -- debt: how far the instant lies ahead of now, in ticks (0 when passed)
-local debt = ticks_until(KEYS[1], now, den)
+local debt = ticks_until(KEYS[1], now, per_unit, den)
 local tolerance = burst * per_unit
 local cost = n * per_unit
 
@@ -54,9 +54,9 @@ if mode == MODE_RESERVE then
     if held and held[4] == tonumber(redis.call('GET', KEYS[3]))
       and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
       cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
-      debt = ticks_until(KEYS[1], now, den)
+      debt = ticks_until(KEYS[1], now, per_unit, den)
     end
-    debt = math.max(debt, ticks_until(KEYS[4], now, den))
+    debt = math.max(debt, ticks_until(KEYS[4], now, per_unit, den))
     local from = math.max(0, (at - now) * den)
     not_before, max_wait = math.max(not_before, from), max_wait + from
   end

@@ -70,16 +70,16 @@ local cost = n * per_unit
 -- signed_ticks returns how many ticks from now the instant at key lies,
 -- negative when it has passed; nil when the key is absent.
 local function signed_ticks(key)
-  local raw = redis.call('GET', key)
-  if not raw then
+  local at = load_state(key)
+  if not at then
     return nil
   end
-  local colon = string.find(raw, ':', 1, true)
-  local at, rest = tonumber(raw), 0
-  if colon then
-    at, rest = tonumber(string.sub(raw, 1, colon - 1)), tonumber(string.sub(raw, colon + 1))
+  local onum, oden = at[3] or per_unit, at[4] or den
+  local ticks = (at[1] - now) * oden + (at[2] or 0)
+  if onum ~= per_unit or oden ~= den then
+    return convert_ticks(ticks, onum, per_unit)
   end
-  return (at - now) * den + rest
+  return ticks
 end
 
 -- wait_again puts a released waiter back in the room, in its place,
@@ -95,7 +95,7 @@ local function wait_again(waiting)
 end
 
 if mode == 1 then
-  local debt = ticks_until(KEYS[1], now, den)
+  local debt = ticks_until(KEYS[1], now, per_unit, den)
   local back = cancel(KEYS[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(ARGV[8]), tonumber(ARGV[9]))[1]
   if source == 2 and ARGV[10] ~= '' then
     redis.call('HSET', KEYS[4], waiter, ARGV[10])
@@ -111,7 +111,7 @@ local at, grace = tonumber(ARGV[8]), tonumber(ARGV[10])
 local function record(slot)
   local starts = math.max(signed_ticks(KEYS[2]) or slot, slot + cost)
   if starts > 0 then
-    store_instant(KEYS[2], now, starts, den)
+    store_instant(KEYS[2], now, starts, per_unit, den)
   end
 end
 
@@ -193,7 +193,7 @@ end
 local debt_after = math.max(planned or slot, slot) + cost
 local end_us, end_ticks = 0, 0
 if debt_after > 0 then
-  store_instant(KEYS[1], now, debt_after, den)
+  store_instant(KEYS[1], now, debt_after, per_unit, den)
   end_us, end_ticks = instant_after(now, debt_after, den)
 end
 record(slot)

@@ -54,8 +54,8 @@ local source = tonumber(ARGV[6])
 local now = server_now()
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local planned_debt = ticks_until(KEYS[1], now, den)
-local starts_debt = ticks_until(KEYS[2], now, den)
+local planned_debt = ticks_until(KEYS[1], now, per_unit, den)
+local starts_debt = ticks_until(KEYS[2], now, per_unit, den)
 
 if mode == 1 then
   local back = 0
@@ -119,10 +119,10 @@ end
 local planned_us, planned_ticks = 0, 0
 if not held then
   planned_debt = planned_debt + cost
-  store_instant(KEYS[1], now, planned_debt, den)
+  store_instant(KEYS[1], now, planned_debt, per_unit, den)
   planned_us, planned_ticks = instant_after(now, planned_debt, den)
 end
 starts_debt = math.max(starts_debt, wait) + cost
-store_instant(KEYS[2], now, starts_debt, den)
+store_instant(KEYS[2], now, starts_debt, per_unit, den)
 local starts_us, starts_ticks = instant_after(now, starts_debt, den)
 return {1, ceil_div(wait, den), planned_us, planned_ticks, starts_us, starts_ticks, now}

@@ -190,7 +190,7 @@ if mode == 3 then
     return {0, now} -- used meanwhile, or gone
   end
   local n, burst, per_unit, den = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  local debt = ticks_until(KEYS[1], now, den)
+  local debt = ticks_until(KEYS[1], now, per_unit, den)
   cancel(KEYS[1], nil, now, debt, n * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
   -- The waiting form is kept after the release's end: "=<end>|<waiting>".
   local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
@@ -214,7 +214,7 @@ local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(A
 local lead = tonumber(ARGV[6])
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local debt = math.max(ticks_until(KEYS[1], now, den), ticks_until(KEYS[7], now, den))
+local debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then
@@ -230,7 +230,7 @@ local slot_at = now + ceil_div(start, den) -- the meter's next start
 -- flow's next waiter set aside, if any, takes its place in the room.
 local function release(id, info, flow, payload, tag)
   debt = math.max(debt, start) + cost
-  store_instant(KEYS[1], now, debt, den)
+  store_instant(KEYS[1], now, debt, per_unit, den)
   local end_us, end_ticks = instant_after(now, debt, den)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)

@@ -2,7 +2,10 @@
 -- The previous window's count is weighted by how much of it still overlaps
 -- the sliding window: estimate = prev * (window - elapsed) / window + cur.
 --
--- KEYS[1]  state "<window index>:<previous count>:<current count>"
+-- KEYS[1]  state "<window index>:<previous count>:<current count>:<window
+--          us>". Counted under another window length (a policy changed),
+--          the old estimate of the units in the sliding window carries over
+--          into the current window.
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
 --          admitted
 -- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing),
@@ -32,6 +35,22 @@ local now = server_now()
 local index = floor_div(now, window)
 local prev, cur = 0, 0
 local state = load_state(KEYS[1])
+if state and state[4] and state[4] ~= window then
+  -- what the old window's policy would count now, rounded up, becomes the
+  -- current window's count
+  local ow = state[4]
+  local ostart = state[1] * ow
+  local carried = 0
+  if now < ostart + ow then
+    carried = state[3] + math.ceil(state[2] * (ow - (now - ostart)) / ow)
+  elseif now < ostart + 2 * ow then
+    carried = math.ceil(state[3] * (ow - (now - ostart - ow)) / ow)
+  end
+  state = nil
+  if carried > 0 then
+    state = {index, 0, carried}
+  end
+end
 if state then
   if state[1] >= index then
     -- same window, or the clock stepped back: keep counting in it
@@ -52,7 +71,7 @@ if mode == MODE_CANCEL then
     elseif w == taken_in + 1 then
       p = math.max(0, p - n)
     end
-    store_state(KEYS[1], (w + 2) * window - now, w, p, c)
+    store_state(KEYS[1], (w + 2) * window - now, w, p, c, window)
   end
   return {1, 0, 0, 0, now}
 end
@@ -90,7 +109,7 @@ end
 
 if mode ~= MODE_PEEK then
   cur = cur + n
-  store_state(KEYS[1], start + 2 * window - now, index, prev, cur)
+  store_state(KEYS[1], start + 2 * window - now, index, prev, cur, window)
 end
 local reset_after = 0
 if cur > 0 then

@@ -33,13 +33,26 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local missing = 0
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  local colon = string.find(stored, ':', 1, true)
-  local full_at, ticks = tonumber(stored), 0
-  if colon then
-    full_at, ticks = tonumber(string.sub(stored, 1, colon - 1)), tonumber(string.sub(stored, colon + 1))
+  -- "<us>", "<us>:<ticks>" or "<us>:<ticks>:<num>:<den>": see common.lua's
+  -- Instants; measured with another interval, the units carry over
+  local f1 = (string.find(stored, ':', 1, true))
+  local full_at, ticks, onum, oden = tonumber(stored), 0, num, den
+  if f1 then
+    full_at = tonumber(string.sub(stored, 1, f1 - 1))
+    local f2 = (string.find(stored, ':', f1 + 1, true))
+    if f2 then
+      local f3 = (string.find(stored, ':', f2 + 1, true))
+      ticks = tonumber(string.sub(stored, f1 + 1, f2 - 1))
+      onum, oden = tonumber(string.sub(stored, f2 + 1, f3 - 1)), tonumber(string.sub(stored, f3 + 1))
+    else
+      ticks = tonumber(string.sub(stored, f1 + 1))
+    end
   end
   if full_at >= now then
-    missing = (full_at - now) * den + ticks
+    missing = (full_at - now) * oden + ticks
+    if onum ~= num or oden ~= den then
+      missing = math.min(math.ceil(missing * num / onum), 4503599627370496)
+    end
   end
 end
 local tokens = burst * num - missing -- the tokens present, in ticks
@@ -52,10 +65,7 @@ if mode == 0 then -- take: the bucket is full again missing ticks later
   tokens = tokens - cost
   missing = missing + cost
   local whole = math.floor(missing / den)
-  local value = string.format('%d', now + whole)
-  if missing > whole * den then
-    value = value .. ':' .. string.format('%d', missing - whole * den)
-  end
+  local value = string.format('%d:%d:%d:%d', now + whole, missing - whole * den, num, den)
   redis.call('SET', KEYS[1], value, 'PX', string.format('%d', math.max(1, math.ceil(missing / den / 1000))))
 end
 return {1, math.floor(tokens / num), 0, math.ceil(missing / den), now}

@@ -35,17 +35,24 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	specs := make([]*spec, len(requests))
 	for i, req := range requests {
-		if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+		sp, err := l.specFor(ctx, req.Key)
+		if err == nil {
+			err = validRequest(req.Key, req.N, sp.capacity)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
+		specs[i] = sp
 	}
 	results := make([]Result, len(requests))
 	var pending []int // requests that go to Redis
 	now := time.Now()
 	for i, req := range requests {
 		if l.denied != nil {
-			if r, ok := l.denied.lookup(req.Key, req.N, l.spec.capacity, now); ok {
+			if r, ok := l.denied.lookup(req.Key, req.N, specs[i].capacity, now); ok {
+				r.policy = specs[i]
 				results[i] = r
 				continue
 			}
@@ -60,7 +67,7 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 		var err error
 		cmds, err = l.pipeline(ctx, len(pending), func(j int) ([]string, []any) {
 			req := requests[pending[j]]
-			return l.scriptArgs(modeTake, req.Key, "", req.N)
+			return l.scriptArgs(specs[pending[j]], modeTake, req.Key, "", req.N)
 		})
 		return err
 	})
@@ -72,13 +79,14 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 		if err != nil {
 			if l.failOpen(ctx, err) {
 				for _, i := range pending {
-					results[i] = Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}
+					results[i] = Result{Allowed: true, Limit: specs[i].capacity, Degraded: true, cause: err, policy: specs[i]}
 				}
 				return results, nil
 			}
 			return nil, l.unavailable(ctx, err)
 		}
-		results[i] = resultOf(r, l.spec.capacity)
+		results[i] = resultOf(r, specs[i].capacity)
+		results[i].policy = specs[i]
 		if l.denied != nil {
 			l.note(requests[i].Key, requests[i].N, results[i])
 		}

@@ -26,6 +26,7 @@ type coalescer struct {
 
 // waiting is one caller's decision, queued.
 type waiting struct {
+	sp   *spec
 	mode int
 	key  string
 	n    int
@@ -41,16 +42,16 @@ type waiting struct {
 // the queue and its decision is never made; one whose ctx ends while its
 // shared round trip is in flight gets ctx's error, though Redis may have
 // applied the decision (as with any call given up mid-flight).
-func (b *coalescer) decide(ctx context.Context, l *Limiter, mode, n int, key string) (reply, error) {
+func (b *coalescer) decide(ctx context.Context, l *Limiter, sp *spec, mode, n int, key string) (reply, error) {
 	b.mu.Lock()
 	if b.inflight < b.lanes {
 		b.inflight++
 		b.mu.Unlock()
-		r, err := l.run(ctx, mode, key, n)
+		r, err := l.run(ctx, sp, mode, key, n)
 		b.next(ctx, l)
 		return r, err
 	}
-	w := &waiting{mode: mode, key: key, n: n, done: make(chan struct{})}
+	w := &waiting{sp: sp, mode: mode, key: key, n: n, done: make(chan struct{})}
 	b.pending = append(b.pending, w)
 	b.mu.Unlock()
 	var expired <-chan time.Time
@@ -129,7 +130,7 @@ func (b *coalescer) leave(w *waiting) {
 func (b *coalescer) send(ctx context.Context, l *Limiter, batch []*waiting) {
 	if len(batch) == 1 {
 		w := batch[0]
-		w.r, w.err = l.runTicket(ctx, w.mode, w.key, "", w.n)
+		w.r, w.err = l.runTicket(ctx, w.sp, w.mode, w.key, "", w.n)
 		close(w.done)
 		return
 	}
@@ -137,7 +138,7 @@ func (b *coalescer) send(ctx context.Context, l *Limiter, batch []*waiting) {
 	err := l.call(ctx, func(ctx context.Context) error {
 		var err error
 		cmds, err = l.pipeline(ctx, len(batch), func(j int) ([]string, []any) {
-			return l.scriptArgs(batch[j].mode, batch[j].key, "", batch[j].n)
+			return l.scriptArgs(batch[j].sp, batch[j].mode, batch[j].key, "", batch[j].n)
 		})
 		return err
 	})

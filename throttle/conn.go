@@ -38,6 +38,8 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	}
 	if cfg.name == "" {
 		cfg.name = name
+	} else {
+		cfg.named = true
 	}
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
 }

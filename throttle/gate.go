@@ -97,24 +97,35 @@ func (l *Limiter) startKeys(key string, held int, ticket string) []string {
 }
 
 // meterArgs returns n and the policy's parameters as script arguments.
-func (l *Limiter) meterArgs(n int) []any {
-	return append([]any{boxedN(n)}, l.spec.args...) // burst, num, den
+func (sp *spec) meterArgs(n int) []any {
+	return append([]any{boxedN(n)}, sp.args...) // burst, num, den
+}
+
+// meterFor returns limiter as a meter Limiter and the spec of its policy
+// in force for key.
+func meterFor(ctx context.Context, limiter any, key string) (*Limiter, *spec, error) {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return nil, nil, err
+	}
+	sp, err := l.specFor(ctx, key)
+	return l, sp, err
 }
 
 func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Start, error) {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, req.Key)
 	if err != nil {
 		return gate.Start{}, err
 	}
-	if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Start{}, err
 	}
 	if req.Held == gate.HeldByRoom {
 		return gate.Start{}, fmt.Errorf("%w: a start from a room is claimed (gate.ClaimStart)", ErrNotSupported)
 	}
-	args := append([]any{"0"}, l.meterArgs(req.N)...)
-	args = append(args, strconv.Itoa(req.Held), "", itoa(l.ticks(req.NotBefore)), itoa(l.ticks(req.MaxWait)),
-		itoa(l.ticks(req.BookAhead)), itoa(l.ticks(req.Grace)))
+	args := append([]any{"0"}, sp.meterArgs(req.N)...)
+	args = append(args, strconv.Itoa(req.Held), "", itoa(sp.ticks(req.NotBefore)), itoa(sp.ticks(req.MaxWait)),
+		itoa(sp.ticks(req.BookAhead)), itoa(sp.ticks(req.Grace)))
 	values, err := l.evalValues(ctx, meterStartScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
 	if err != nil {
 		return gate.Start{}, l.unavailable(ctx, err)
@@ -137,14 +148,14 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 }
 
 func undoStart(ctx context.Context, limiter any, key string, n int, held int, waiter string, s gate.Start) error {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return err
 	}
 	if s.Status != gate.Admitted || len(s.Undo) != 4 {
 		return nil
 	}
-	args := append([]any{"1"}, l.meterArgs(n)...)
+	args := append([]any{"1"}, sp.meterArgs(n)...)
 	args = append(args, strconv.Itoa(held), "", s.Undo[0], s.Undo[1], s.Undo[2], s.Undo[3])
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, meterStartScript, l.startKeys(key, held, waiter), args)
@@ -157,19 +168,19 @@ func undoStart(ctx context.Context, limiter any, key string, n int, held int, wa
 }
 
 func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim, error) {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, req.Key)
 	if err != nil {
 		return gate.Claim{}, err
 	}
-	if err := validRequest(req.Key, req.N, l.spec.capacity); err != nil {
+	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Claim{}, err
 	}
 	var at int64
 	if !req.At.IsZero() {
 		at = req.At.UnixMicro()
 	}
-	args := append([]any{"0"}, l.meterArgs(req.N)...)
-	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(l.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()),
+	args := append([]any{"0"}, sp.meterArgs(req.N)...)
+	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(sp.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()),
 		itoa(roomLifetime.Microseconds()))
 	values, err := l.evalValues(ctx, meterClaimScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
 	if err != nil {
@@ -200,14 +211,14 @@ func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim,
 }
 
 func undoClaim(ctx context.Context, limiter any, key string, n int, held int, waiter string, c gate.Claim) error {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return err
 	}
 	if len(c.Undo) != 3 || (c.Undo[0] == "0" && c.Undo[2] == "") {
 		return nil
 	}
-	args := append([]any{"1"}, l.meterArgs(n)...)
+	args := append([]any{"1"}, sp.meterArgs(n)...)
 	args = append(args, strconv.Itoa(held), waiter, c.Undo[0], c.Undo[1], c.Undo[2], itoa(roomLifetime.Microseconds()))
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, meterClaimScript, l.startKeys(key, held, waiter), args)
@@ -249,12 +260,12 @@ func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weigh
 }
 
 func release(ctx context.Context, limiter any, key string, n int, lead time.Duration) (gate.Released, error) {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return gate.Released{}, err
 	}
-	args := append([]any{"1"}, l.meterArgs(n)...)
-	args = append(args, itoa(l.ticks(lead)), itoa(roomLifetime.Microseconds()))
+	args := append([]any{"1"}, sp.meterArgs(n)...)
+	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()))
 	keys := append(l.roomKeys(key), l.Key(key)+startsSuffix)
 	values, err := l.evalValues(ctx, roomScript, keys, args)
 	if err != nil {
@@ -306,7 +317,7 @@ func release(ctx context.Context, limiter any, key string, n int, lead time.Dura
 }
 
 func putBack(ctx context.Context, limiter any, key string, n int, r gate.Released, until time.Time) error {
-	l, err := meterOf(limiter)
+	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return err
 	}
@@ -318,7 +329,7 @@ func putBack(ctx context.Context, limiter any, key string, n int, r gate.Release
 		untilUs = until.UnixMicro()
 	}
 	args := []any{"3", r.Waiter, r.Back[0], r.Back[1], r.Back[2]}
-	args = append(args, l.meterArgs(n)...)
+	args = append(args, sp.meterArgs(n)...)
 	args = append(args, itoa(untilUs), itoa(roomLifetime.Microseconds()))
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +22,10 @@ var blockScript = redis.NewScript(lua.Source(lua.Block))
 type Limiter struct {
 	conn
 	policy Policy
-	spec   spec
+	spec   spec       // the policy in code
+	id     string     // names the limiter in its keys (see keyID)
+	live   *live      // the stored policies; nil unless WithName
+	plans  sync.Map   // Policy -> *spec, the plans WithPlan chose
 	denied *denyCache // nil unless WithDenyCache
 	shared *coalescer // nil unless WithCoalescing
 }
@@ -54,7 +59,15 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{conn: c, policy: p, spec: sp}
+	sp.policy = p
+	l := &Limiter{conn: c, policy: p, spec: sp, id: sp.id}
+	if c.cfg.named {
+		if err := validName(c.cfg.name); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		l.id = c.cfg.name + "@" + sp.kind
+		l.live = newLive(c.cfg.prefix, c.cfg.name, sp.kind)
+	}
 	if c.cfg.denyCache > 0 {
 		l.denied = newDenyCache(c.cfg.denyCache)
 	}
@@ -64,13 +77,59 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	return l, nil
 }
 
-// Policy returns the policy the Limiter applies.
+// Policy returns the policy the Limiter was created with: the one in code,
+// applied when no plan (WithPlan) and no stored policy (PolicyStore) says
+// otherwise. PolicyFor says which applies to a key.
 func (l *Limiter) Policy() Policy { return l.policy }
+
+// PolicyFor returns the policy in force for key now: the one stored for
+// key, else the one stored for the limiter, else the plan's, else the one
+// in code. It reads the stored policies only when the limiter has not read
+// them for a while (see [PolicyStore]).
+func (l *Limiter) PolicyFor(ctx context.Context, key string) (Policy, error) {
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return sp.policy, nil
+}
+
+// specFor returns the spec of the policy in force for key.
+func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
+	if l.live != nil {
+		set := l.live.current(ctx, &l.conn)
+		if sp := set.keys[key]; sp != nil {
+			return sp, nil
+		}
+		if set.all != nil {
+			return set.all, nil
+		}
+	}
+	p, _ := gate.PolicyFrom(ctx).(Policy)
+	if p == nil && l.cfg.plan != nil {
+		p = l.cfg.plan(ctx, key)
+	}
+	if p == nil || p == l.policy {
+		return &l.spec, nil
+	}
+	if sp, ok := l.plans.Load(p); ok {
+		return sp.(*spec), nil
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	sp := compiled(p)
+	if sp.kind != l.spec.kind {
+		return nil, invalidPolicy("the plan for key %q is %s, the limiter is %s", key, kindName(sp.kind), kindName(l.spec.kind))
+	}
+	l.plans.Store(p, sp)
+	return sp, nil
+}
 
 // Key returns the Redis key holding the state of callerKey, for inspection
 // and operations tools.
 func (l *Limiter) Key(callerKey string) string {
-	return l.cfg.redisKey(l.spec.id, callerKey)
+	return l.cfg.redisKey(l.id, callerKey)
 }
 
 // Allow is AllowN(ctx, key, 1).
@@ -137,7 +196,11 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 		// The meters keep the block in their instant, so that decisions
 		// need not look it up.
 		var r reply
-		r, err = l.run(ctx, modeBlock, key, 1, itoa(max(1, d.Microseconds())))
+		var sp *spec
+		if sp, err = l.specFor(ctx, key); err != nil {
+			return err
+		}
+		r, err = l.run(ctx, sp, modeBlock, key, 1, itoa(max(1, d.Microseconds())))
 		if err != nil {
 			err = l.unavailable(ctx, err)
 		}
@@ -176,29 +239,34 @@ func (l *Limiter) block(ctx context.Context, key string, us int64) (time.Duratio
 
 // decide validates a request and runs the policy's script for it.
 func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Result, error) {
-	if err := validRequest(key, n, l.spec.capacity); err != nil {
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := validRequest(key, n, sp.capacity); err != nil {
 		return Result{}, err
 	}
 	cached := mode == modeTake && l.denied != nil
 	if cached {
-		if r, ok := l.denied.lookup(key, n, l.spec.capacity, time.Now()); ok {
+		if r, ok := l.denied.lookup(key, n, sp.capacity, time.Now()); ok {
+			r.policy = sp
 			return r, nil
 		}
 	}
 	var reply reply
-	var err error
 	if l.shared != nil {
-		reply, err = l.shared.decide(ctx, l, mode, n, key)
+		reply, err = l.shared.decide(ctx, l, sp, mode, n, key)
 	} else {
-		reply, err = l.run(ctx, mode, key, n)
+		reply, err = l.run(ctx, sp, mode, key, n)
 	}
 	if err != nil {
 		if mode == modeTake && l.failOpen(ctx, err) {
-			return Result{Allowed: true, Limit: l.spec.capacity, Degraded: true, cause: err}, nil
+			return Result{Allowed: true, Limit: sp.capacity, Degraded: true, cause: err, policy: sp}, nil
 		}
 		return Result{}, l.unavailable(ctx, err)
 	}
-	r := resultOf(reply, l.spec.capacity)
+	r := resultOf(reply, sp.capacity)
+	r.policy = sp
 	if cached {
 		l.note(key, n, r)
 	}
@@ -215,10 +283,10 @@ func (l *Limiter) note(key string, n int, r Result) {
 	}
 }
 
-// run runs the policy's script for key: ARGV is the mode, n, the policy's
+// run runs the script of sp for key: ARGV is the mode, n, the policy's
 // parameters, then extra.
-func (l *Limiter) run(ctx context.Context, mode int, key string, n int, extra ...string) (reply, error) {
-	return l.runTicket(ctx, mode, key, "", n, extra...)
+func (l *Limiter) run(ctx context.Context, sp *spec, mode int, key string, n int, extra ...string) (reply, error) {
+	return l.runTicket(ctx, sp, mode, key, "", n, extra...)
 }
 
 // runTicket is run with a ticket key (KEYS[2] of the meters) when ticket is
@@ -226,30 +294,30 @@ func (l *Limiter) run(ctx context.Context, mode int, key string, n int, extra ..
 // It allocates what it must and no more: the arguments are boxed once per
 // policy (spec.args) and per small n (boxedN), and the state and block keys
 // share one string.
-func (l *Limiter) runTicket(ctx context.Context, mode int, key, ticket string, n int, extra ...string) (reply, error) {
-	keys, args := l.scriptArgs(mode, key, ticket, n, extra...)
-	script := l.spec.script
-	if l.spec.reservable && mode >= modeReserve {
+func (l *Limiter) runTicket(ctx context.Context, sp *spec, mode int, key, ticket string, n int, extra ...string) (reply, error) {
+	keys, args := l.scriptArgs(sp, mode, key, ticket, n, extra...)
+	script := sp.script
+	if sp.reservable && mode >= modeReserve {
 		script = meterBookingScript
 	}
 	return l.eval(ctx, script, keys, args)
 }
 
-// scriptArgs returns the keys and arguments of one call of the policy's
-// script.
-func (l *Limiter) scriptArgs(mode int, key, ticket string, n int, extra ...string) ([]string, []any) {
-	args := make([]any, 2+len(l.spec.args)+len(extra))
+// scriptArgs returns the keys and arguments of one call of the script of
+// sp.
+func (l *Limiter) scriptArgs(sp *spec, mode int, key, ticket string, n int, extra ...string) ([]string, []any) {
+	args := make([]any, 2+len(sp.args)+len(extra))
 	args[0] = modeArgs[mode]
 	args[1] = boxedN(n)
-	copy(args[2:], l.spec.args)
+	copy(args[2:], sp.args)
 	for i, e := range extra {
-		args[2+len(l.spec.args)+i] = e
+		args[2+len(sp.args)+i] = e
 	}
-	stateAndBlock := l.cfg.redisKeyWith(l.spec.id, key, blockSuffix)
+	stateAndBlock := l.cfg.redisKeyWith(l.id, key, blockSuffix)
 	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
 	var keys []string
 	switch {
-	case !l.spec.reservable:
+	case !sp.reservable:
 		keys = []string{state, stateAndBlock} // the windows read the block
 	case ticket != "" && mode == modeReserve:
 		keys = []string{state, ticketKey(state, ticket), state + ticketsSuffix}

@@ -85,6 +85,7 @@ func validateMeter(name, field string, rate Rate, capacity int) error {
 func meterSpec(kind string, script *redis.Script, rate Rate, capacity int) spec {
 	num, den := rate.interval()
 	return spec{
+		kind:     kind,
 		id:       fmt.Sprintf("%s:%s:%d", kind, rate, capacity),
 		script:   script,
 		capacity: capacity,

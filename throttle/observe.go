@@ -64,6 +64,11 @@ type Decision struct {
 	Key string
 	// N is the number of units asked for.
 	N int
+	// Policy is the policy that decided, in the short form ParsePolicy
+	// reads ("gcra:10/1s:5"): the one in force for Key, which a plan
+	// (WithPlan) or a stored policy (PolicyStore) may have chosen. Empty
+	// when no policy decided (bad input) and for a ConcurrencyLimiter.
+	Policy string
 	// Outcome is how the call ended.
 	Outcome Outcome
 	// Cached reports a rejection answered from the deny cache, without
@@ -170,6 +175,9 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 		return
 	}
 	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
+	if r.policy != nil {
+		d.Policy = r.policy.id
+	}
 	switch {
 	case err != nil:
 		d.Outcome = Errored

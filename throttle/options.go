@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,6 +31,8 @@ type config struct {
 	coalesce  int
 	observer  Observer
 	name      string       // "" until the constructor names it
+	named     bool         // the name was given with WithName
+	plan      func(ctx context.Context, key string) Policy
 	logger    *slog.Logger // nil: slog.Default() when logging
 	hashOver  int          // -1: caller keys are never hashed
 }
@@ -165,6 +168,31 @@ func WithKeyHashing(over int) Option {
 			return fmt.Errorf("%w: key hashing bound must not be negative, got %d", ErrInvalidOption, over)
 		}
 		c.hashOver = over
+		return nil
+	})
+}
+
+// log returns the logger to use.
+func (c *config) log() *slog.Logger {
+	if c.logger == nil {
+		return slog.Default()
+	}
+	return c.logger
+}
+
+// WithPlan chooses the policy of each caller key: plan returns the policy
+// for key (a tenant's plan, free or pro), or nil for the Limiter's own. Its
+// policies must be of the Limiter's algorithm (decisions for a key whose
+// plan is not fail with [ErrInvalidPolicy]); a policy stored with
+// [PolicyStore] takes precedence. plan is called on every decision, from
+// many goroutines at once: keep it fast, and return a few distinct
+// policies (each is prepared once and kept). Default: none.
+func WithPlan(plan func(ctx context.Context, key string) Policy) Option {
+	return optionFunc(func(c *config) error {
+		if plan == nil {
+			return fmt.Errorf("%w: nil plan", ErrInvalidOption)
+		}
+		c.plan = plan
 		return nil
 	})
 }

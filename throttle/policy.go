@@ -27,6 +27,10 @@ var (
 
 // spec is everything a Limiter needs to run a policy.
 type spec struct {
+	// policy is the policy the spec runs.
+	policy Policy
+	// kind names the algorithm, as in the policy's short form: "gcra".
+	kind string
 	// id names the algorithm and its parameters inside every Redis key, so
 	// that two policies never share state, e.g. "gcra:10/1s:5".
 	id string
@@ -62,4 +66,11 @@ func boxArgs(params ...string) []any {
 		args[i] = p
 	}
 	return args
+}
+
+// compiled returns the spec of a validated policy.
+func compiled(p Policy) *spec {
+	sp := p.spec()
+	sp.policy = p
+	return &sp
 }

@@ -46,6 +46,7 @@ type Reservation struct {
 	Degraded bool
 
 	limiter *Limiter
+	sp      *spec // the policy that booked it
 	key     string
 	ticket  string
 	n       int
@@ -134,7 +135,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
 		var r Result
 		if res != nil {
-			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause, serverTime: res.serverStart}
+			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause, serverTime: res.serverStart, policy: res.sp}
 		}
 		l.observe(ctx, OpReserve, key, n, start, r, err)
 	}
@@ -143,7 +144,11 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 
 // book validates a reservation and runs its script.
 func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
-	if err := validRequest(key, n, l.spec.capacity); err != nil {
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := validRequest(key, n, sp.capacity); err != nil {
 		return nil, err
 	}
 	var extra []string
@@ -151,30 +156,29 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
 	case l.spec.reservable:
-		extra = []string{itoa(l.ticks(maxDelay)), itoa(l.ticks(ticket.Grace)), itoa(l.ticks(ticket.NotBefore)), itoa(ticket.at)}
+		extra = []string{itoa(sp.ticks(maxDelay)), itoa(sp.ticks(ticket.Grace)), itoa(sp.ticks(ticket.NotBefore)), itoa(ticket.at)}
 	case maxDelay > 0:
 		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
 	default:
 		ticket = Ticket{}
 	}
 	var reply reply
-	var err error
 	if ticket.at > 0 {
 		// Booked for the worker at an instant: after the key's starts too.
-		keys, args := l.scriptArgs(modeReserve, key, ticket.ID, n, extra...)
+		keys, args := l.scriptArgs(sp, modeReserve, key, ticket.ID, n, extra...)
 		reply, err = l.eval(ctx, meterBookingScript, append(keys, keys[0]+startsSuffix), args)
 	} else {
-		reply, err = l.runTicket(ctx, modeReserve, key, ticket.ID, n, extra...)
+		reply, err = l.runTicket(ctx, sp, modeReserve, key, ticket.ID, n, extra...)
 	}
 	if err != nil {
 		if l.failOpen(ctx, err) {
-			return &Reservation{OK: true, StartAt: time.Now(), Limit: l.spec.capacity, Degraded: true, cause: err}, nil
+			return &Reservation{OK: true, StartAt: time.Now(), Limit: sp.capacity, Degraded: true, cause: err, sp: sp}, nil
 		}
 		return nil, l.unavailable(ctx, err)
 	}
 	received := time.Now()
-	r := resultOf(reply, l.spec.capacity)
-	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket.ID, n: n}
+	r := resultOf(reply, sp.capacity)
+	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket.ID, n: n, sp: sp}
 	if !res.OK {
 		res.RetryAfter = r.RetryAfter
 		return res, nil
@@ -192,12 +196,12 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 
 // ticks converts a delay to the policy's ticks (1/den µs), no longer than
 // maxReserveDelay and small enough to keep the script's sums exact.
-func (l *Limiter) ticks(d time.Duration) int64 {
+func (sp *spec) ticks(d time.Duration) int64 {
 	us := min(d, maxReserveDelay).Microseconds()
-	if us > maxExact/l.spec.den {
+	if us > maxExact/sp.den {
 		return maxExact
 	}
-	return us * l.spec.den
+	return us * sp.den
 }
 
 // Cancel declares that the reserved units will not be used and gives their
@@ -224,7 +228,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	l := r.limiter
 	undo := []string{itoa(r.undo[0]), itoa(r.undo[1])}
 	err := l.cleanup(ctx, func(ctx context.Context) error {
-		_, err := l.runTicket(ctx, modeCancel, r.key, r.ticket, r.n, undo...)
+		_, err := l.runTicket(ctx, r.sp, modeCancel, r.key, r.ticket, r.n, undo...)
 		return err
 	})
 	if err != nil {

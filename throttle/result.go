@@ -42,4 +42,6 @@ type Result struct {
 
 	// cause is the Redis failure behind a Degraded result, for observers.
 	cause error
+	// policy is the policy that decided, for observers.
+	policy *spec
 }

@@ -115,6 +115,7 @@ func validateWindow(name string, limit int, window time.Duration) error {
 
 func windowSpec(kind string, script *redis.Script, limit int, window time.Duration) spec {
 	return spec{
+		kind:     kind,
 		id:       fmt.Sprintf("%s:%d/%s", kind, limit, window),
 		script:   script,
 		capacity: limit,

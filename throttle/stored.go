@@ -1,0 +1,236 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
+	"github.com/redis/go-redis/v9"
+)
+
+// Stored policies. An operator changes a named limiter's policy while the
+// fleet runs by storing it in Redis: one hash per limiter name,
+// prefix + "policy:{" + name + "}", whose fields are
+//
+//	"*"         the limiter's policy, for every caller key
+//	"k:" + key  the policy of one caller key (an override)
+//	"v"         a version, raised by every change
+//	"kind"      the algorithm of the limiters that read it, such as "gcra"
+//
+// Policies are stored in the short form ParsePolicy reads. Every Limiter
+// created with WithName reads its hash when it starts and again at most
+// liveStale later, in the background while decisions flow (see live.go):
+// no decision waits for it unless the limiter was idle. A stored policy
+// overrides the one in code; the one in code applies when nothing is
+// stored.
+
+// Field names of a stored policy hash.
+const (
+	storedAll     = "*"
+	storedKey     = "k:"
+	storedVersion = "v"
+	storedKind    = "kind"
+)
+
+// PolicyStore sets, reads and removes the policies stored for named
+// limiters (see [WithName]): what throttlectl's set, get and unset do. It
+// is safe for concurrent use; the zero value is not usable: call
+// [NewPolicyStore].
+type PolicyStore struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+// NewPolicyStore returns a store of the limiters' policies kept under
+// prefix in client ([DefaultPrefix] when prefix is "": the prefix the
+// limiters were given with [WithPrefix]). Errors wrap [ErrInvalidOption].
+func NewPolicyStore(client redis.UniversalClient, prefix string) (*PolicyStore, error) {
+	if redisclient.IsNil(client) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+	}
+	return &PolicyStore{client: client, prefix: prefix}, nil
+}
+
+// StoredPolicies is what is stored for one limiter name.
+type StoredPolicies struct {
+	// Name is the limiter's name.
+	Name string
+	// Policy is the stored policy for every caller key, nil when none.
+	Policy Policy
+	// Keys holds the stored policies of single caller keys.
+	Keys map[string]Policy
+	// Kind is the algorithm of the limiters of this name that read the
+	// store ("gcra", "tb", "lb", "fw", "sl", "sw"), "" before any did.
+	Kind string
+	// Version is raised by every change; 0 when nothing was ever stored.
+	Version int64
+	// Invalid lists fields holding a policy that cannot be read (written
+	// by something other than Set), with the reason: limiters ignore them.
+	Invalid map[string]string
+}
+
+// Set stores p as the policy of the limiters named name, for every caller
+// key, or for callerKey alone when it is given. Every process applies it
+// within a second. p must be valid and of the same algorithm as the
+// limiters of that name (errors wrap [ErrInvalidPolicy]); name and
+// callerKey must not be empty ([ErrInvalidKey]).
+func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey ...string) error {
+	field, err := storedField(name, callerKey)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	sp := p.spec()
+	key := storedPolicyKey(s.prefix, name)
+	kind, err := s.client.HGet(ctx, key, storedKind).Result()
+	if err != nil && err != redis.Nil {
+		return s.failed(err)
+	}
+	if kind != "" && kind != sp.kind {
+		return fmt.Errorf("%w: the limiters named %q are %s, and %s keeps its state differently; name a new limiter to change the algorithm", ErrInvalidPolicy, name, kindName(kind), kindName(sp.kind))
+	}
+	pipe := s.client.TxPipeline()
+	pipe.HSet(ctx, key, field, sp.id)
+	pipe.HSetNX(ctx, key, storedKind, sp.kind)
+	pipe.HIncrBy(ctx, key, storedVersion, 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return s.failed(err)
+	}
+	return nil
+}
+
+// Unset removes the policy stored for the limiters named name (or for
+// callerKey alone): the policy in code applies again, within a second.
+// Removing what is not stored is not an error.
+func (s *PolicyStore) Unset(ctx context.Context, name string, callerKey ...string) error {
+	field, err := storedField(name, callerKey)
+	if err != nil {
+		return err
+	}
+	key := storedPolicyKey(s.prefix, name)
+	pipe := s.client.TxPipeline()
+	pipe.HDel(ctx, key, field)
+	pipe.HIncrBy(ctx, key, storedVersion, 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return s.failed(err)
+	}
+	return nil
+}
+
+// Get returns what is stored for the limiters named name.
+func (s *PolicyStore) Get(ctx context.Context, name string) (StoredPolicies, error) {
+	if _, err := storedField(name, nil); err != nil {
+		return StoredPolicies{}, err
+	}
+	fields, err := s.client.HGetAll(ctx, storedPolicyKey(s.prefix, name)).Result()
+	if err != nil {
+		return StoredPolicies{}, s.failed(err)
+	}
+	return readStored(name, fields), nil
+}
+
+// failed wraps a failed exchange with Redis.
+func (s *PolicyStore) failed(err error) error {
+	if refused(err) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// readStored reads a stored policy hash.
+func readStored(name string, fields map[string]string) StoredPolicies {
+	st := StoredPolicies{Name: name, Keys: map[string]Policy{}, Kind: fields[storedKind]}
+	fmt.Sscan(fields[storedVersion], &st.Version)
+	for field, text := range fields {
+		var caller string
+		switch {
+		case field == storedAll:
+		case strings.HasPrefix(field, storedKey):
+			caller = field[len(storedKey):]
+		default:
+			continue
+		}
+		p, err := ParsePolicy(text)
+		if err == nil && st.Kind != "" && p.spec().kind != st.Kind {
+			err = fmt.Errorf("%w: %q is %s, the limiters named %q are %s", ErrInvalidPolicy, text, kindName(p.spec().kind), name, kindName(st.Kind))
+		}
+		if err != nil {
+			if st.Invalid == nil {
+				st.Invalid = map[string]string{}
+			}
+			st.Invalid[field] = err.Error()
+			continue
+		}
+		if field == storedAll {
+			st.Policy = p
+		} else {
+			st.Keys[caller] = p
+		}
+	}
+	return st
+}
+
+// storedField returns the hash field of a stored policy.
+func storedField(name string, callerKey []string) (string, error) {
+	if err := validName(name); err != nil {
+		return "", err
+	}
+	switch len(callerKey) {
+	case 0:
+		return storedAll, nil
+	case 1:
+		if callerKey[0] == "" {
+			return "", fmt.Errorf("%w: empty caller key", ErrInvalidKey)
+		}
+		return storedKey + callerKey[0], nil
+	}
+	return "", fmt.Errorf("%w: one caller key at most, got %d", ErrInvalidKey, len(callerKey))
+}
+
+// storedPolicyKey returns the key of the hash of the policies stored for
+// the limiters named name.
+func storedPolicyKey(prefix, name string) string {
+	return prefix + "policy:" + Tag(name)
+}
+
+// validName checks a limiter's name: it goes into Redis keys.
+func validName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty name", ErrInvalidKey)
+	}
+	if strings.ContainsAny(name, "{}@") {
+		return fmt.Errorf("%w: name %q must not contain '{', '}' or '@'", ErrInvalidKey, name)
+	}
+	return nil
+}
+
+// kindName names an algorithm by its short form.
+func kindName(kind string) string {
+	switch kind {
+	case "gcra":
+		return "GCRA"
+	case "tb":
+		return "TokenBucket"
+	case "lb":
+		return "LeakyBucket"
+	case "fw":
+		return "FixedWindow"
+	case "sl":
+		return "SlidingLog"
+	case "sw":
+		return "SlidingWindow"
+	}
+	return kind
+}
