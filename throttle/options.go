@@ -30,8 +30,8 @@ type config struct {
 	denyCache int
 	coalesce  int
 	observer  Observer
-	name      string       // "" until the constructor names it
-	named     bool         // the name was given with WithName
+	name      string // "" until the constructor names it
+	named     bool   // the name was given with WithName
 	plan      func(ctx context.Context, key string) Policy
 	logger    *slog.Logger // nil: slog.Default() when logging
 	hashOver  int          // -1: caller keys are never hashed
