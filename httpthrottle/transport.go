@@ -28,6 +28,7 @@ type Transport struct {
 	limiter  *throttle.Limiter
 	base     http.RoundTripper
 	key      func(*http.Request) (string, error)
+	cost     func(*http.Request) (int, error) // nil: 1
 	retries  int
 	statuses []int
 	maxBlock time.Duration
@@ -51,6 +52,7 @@ var ErrInvalidOption = errors.New("httpthrottle: invalid option")
 //
 //	WithBase(rt)               http.DefaultTransport   sends the requests
 //	WithRequestKey(f)          the request's host      the limiter key
+//	WithRequestCost(f)         1                       units a request takes
 //	WithRetries(n)             0                       retries of a 429/503
 //	WithBackoffStatuses(c...)  429, 503                answers whose Retry-After blocks the key
 //	WithMaxBlock(d)            1 hour                  longest block a Retry-After may set
@@ -136,6 +138,34 @@ func WithMaxBlock(d time.Duration) TransportOption {
 	})
 }
 
+// WithRequestCost sets how many units of the limit a request takes: an
+// upstream that counts a batch call as 10 of its quota gets cost 10. f
+// returns at least 1; a cost above the policy's capacity can never be
+// admitted, and RoundTrip fails with an error wrapping
+// throttle.ErrExceedsLimit, as it does for an error of f's own. Default:
+// every request takes 1.
+func WithRequestCost(f func(*http.Request) (int, error)) TransportOption {
+	return transportOptionFunc(func(t *Transport) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil cost function", ErrInvalidOption)
+		}
+		t.cost = f
+		return nil
+	})
+}
+
+// costOf returns the units req takes.
+func (t *Transport) costOf(req *http.Request) (int, error) {
+	if t.cost == nil {
+		return 1, nil
+	}
+	n, err := t.cost(req)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%w: a request costs at least 1 unit, got %d", throttle.ErrInvalidN, n)
+	}
+	return n, err
+}
+
 // hostKey keys a request by its host.
 func hostKey(req *http.Request) (string, error) {
 	host := req.URL.Host
@@ -157,12 +187,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && key == "" {
 		err = fmt.Errorf("%w: empty key", ErrNoKey)
 	}
+	var n int
+	if err == nil {
+		n, err = t.costOf(req)
+	}
 	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("httpthrottle: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
 	for attempt := 0; ; attempt++ {
-		if err := t.waitTurn(req.Context(), key); err != nil {
+		if err := t.waitTurn(req.Context(), key, n); err != nil {
 			closeBody(req)
 			return nil, err
 		}
@@ -190,19 +224,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// waitTurn waits until key admits the request. On TokenBucket and GCRA it
+// waitTurn waits until key admits the request's n units. On TokenBucket and GCRA it
 // books a slot and sleeps until it; a block set meanwhile by another
 // process (an upstream's 429) is checked on waking, and the slot given back.
-func (t *Transport) waitTurn(ctx context.Context, key string) error {
+func (t *Transport) waitTurn(ctx context.Context, key string, n int) error {
 	if !t.limiter.CanReserveAhead() {
-		return t.limiter.Wait(ctx, key)
+		return t.limiter.WaitN(ctx, key, n)
 	}
 	for {
 		maxDelay := 10 * 365 * 24 * time.Hour
 		if deadline, ok := ctx.Deadline(); ok {
 			maxDelay = max(0, time.Until(deadline))
 		}
-		res, err := t.limiter.Reserve(ctx, key, 1, maxDelay)
+		res, err := t.limiter.Reserve(ctx, key, n, maxDelay)
 		if err != nil {
 			return err
 		}

@@ -169,7 +169,7 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 	p := Planned{ID: fmt.Sprintf("%s:%09d", batchID, index), StartAt: time.Now()}
 	opts := append(append([]asynq.Option(nil), c.taskOpts...), asynq.TaskID(p.ID))
 	if c.throttler != nil {
-		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead)
+		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead, c.taskOpts...)
 		if err != nil {
 			return p, fmt.Errorf("scheduler: batch %s: booking task %d: %w", batchID, index, err)
 		}

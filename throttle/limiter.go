@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -105,8 +104,8 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 			return set.all, nil
 		}
 	}
-	p, _ := gate.PolicyFrom(ctx).(Policy)
-	if p == nil && l.cfg.plan != nil {
+	var p Policy
+	if l.cfg.plan != nil {
 		p = l.cfg.plan(ctx, key)
 	}
 	if p == nil || p == l.policy {

@@ -42,8 +42,12 @@ type Booking struct {
 // tasks waiting for those rules when it runs, in their shared order (see
 // the package documentation), which paces it. Book returns now for it, so
 // such a batch is enqueued at once and waits there.
-func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration) (Booking, error) {
-	rules := t.matching(at)
+//
+// opts are the options the task will be enqueued with: rules that match or
+// key by queue (Queue, ByQueue) see the queue of its asynq.Queue option.
+func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDelay time.Duration, opts ...asynq.Option) (Booking, error) {
+	ctx = withQueueOf(ctx, opts)
+	rules := t.matching(ctx, at)
 	if slices.Contains(meterRoles(rules), roomMeter) {
 		return Booking{StartAt: time.Now()}, nil
 	}
@@ -51,7 +55,7 @@ func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDela
 		if r.limiter == nil || !r.limiter.CanReserveAhead() {
 			continue
 		}
-		key, err := r.key(at)
+		key, err := r.key(ctx, at)
 		if err == nil && key == "" {
 			err = fmt.Errorf("%w: empty key", ErrNoKey)
 		}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"slices"
@@ -8,20 +9,28 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// Matcher picks the tasks a rule applies to.
+// Matcher picks the tasks a rule applies to. ctx is the handler's context,
+// in which asynq puts the task's queue, ID and retry count (QueueOf and
+// asynq's GetQueueName, GetTaskID...), and whatever earlier middleware
+// added; for Throttler.Book, the context Book was given.
 type Matcher interface {
-	Match(t *asynq.Task) bool
+	Match(ctx context.Context, t *asynq.Task) bool
 }
 
 // MatchFunc adapts a function to a Matcher.
-type MatchFunc func(t *asynq.Task) bool
+type MatchFunc func(ctx context.Context, t *asynq.Task) bool
 
 // Match calls f.
-func (f MatchFunc) Match(t *asynq.Task) bool { return f(t) }
+func (f MatchFunc) Match(ctx context.Context, t *asynq.Task) bool { return f(ctx, t) }
 
 // Type matches tasks whose type is one of types.
 func Type(types ...string) Matcher {
-	return MatchFunc(func(t *asynq.Task) bool { return slices.Contains(types, t.Type()) })
+	return MatchFunc(func(_ context.Context, t *asynq.Task) bool { return slices.Contains(types, t.Type()) })
+}
+
+// Queue matches tasks from one of the asynq queues named (see QueueOf).
+func Queue(queues ...string) Matcher {
+	return MatchFunc(func(ctx context.Context, _ *asynq.Task) bool { return slices.Contains(queues, QueueOf(ctx)) })
 }
 
 // Pattern matches task types against a shell pattern, as path.Match does:
@@ -31,7 +40,7 @@ func Pattern(pattern string) Matcher { return patternMatcher(pattern) }
 
 type patternMatcher string
 
-func (p patternMatcher) Match(t *asynq.Task) bool {
+func (p patternMatcher) Match(_ context.Context, t *asynq.Task) bool {
 	ok, _ := path.Match(string(p), t.Type())
 	return ok
 }
@@ -44,4 +53,4 @@ func (p patternMatcher) validate() error {
 }
 
 // AnyTask matches every task.
-func AnyTask() Matcher { return MatchFunc(func(*asynq.Task) bool { return true }) }
+func AnyTask() Matcher { return MatchFunc(func(context.Context, *asynq.Task) bool { return true }) }

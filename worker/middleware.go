@@ -35,7 +35,7 @@ const deadlineMargin = time.Second
 // outcome goes back to asynq only once Redis answers (see [WithSettle]).
 func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
-		rules := t.matching(at)
+		rules := t.matching(ctx, at)
 		tk, err := t.describe(ctx, at, rules)
 		if err != nil {
 			return err
@@ -96,10 +96,10 @@ func (t *Throttler) outcome(ctx context.Context, tk *task, err error) error {
 }
 
 // matching returns the rules that apply to the task, in order.
-func (t *Throttler) matching(at *asynq.Task) []*Rule {
+func (t *Throttler) matching(ctx context.Context, at *asynq.Task) []*Rule {
 	var rules []*Rule
 	for i := range t.rules {
-		if t.rules[i].match.Match(at) {
+		if t.rules[i].match.Match(ctx, at) {
 			rules = append(rules, &t.rules[i])
 		}
 	}
@@ -131,7 +131,7 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 		tk.copies, _ = strconv.Atoi(h[headerCopies])
 	}
 	for _, r := range rules {
-		key, err := r.key(at)
+		key, err := r.key(ctx, at)
 		if err == nil && key == "" {
 			err = fmt.Errorf("%w: empty key", ErrNoKey)
 		}

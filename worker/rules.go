@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -179,8 +180,8 @@ type fairness struct {
 }
 
 // flowOf returns the task's flow and its weight.
-func (f *fairness) flowOf(t *asynq.Task) (string, int, error) {
-	flow, err := f.by(t)
+func (f *fairness) flowOf(ctx context.Context, t *asynq.Task) (string, int, error) {
+	flow, err := f.by(ctx, t)
 	if err == nil && flow == "" {
 		err = fmt.Errorf("%w: empty flow", ErrNoKey)
 	}

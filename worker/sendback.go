@@ -67,7 +67,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	if gave := t.giveUp(ctx, tk, r); gave != nil {
 		return gave
 	}
-	rules := t.matching(tk.Task)
+	rules := t.matching(ctx, tk.Task)
 	roles := meterRoles(rules)
 	flow, weight := "", 1
 	id := tk.id
@@ -88,7 +88,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	}
 	if r.rule.fair != nil {
 		var err error
-		if flow, weight, err = r.rule.fair.flowOf(tk.Task); err != nil {
+		if flow, weight, err = r.rule.fair.flowOf(ctx, tk.Task); err != nil {
 			return t.noKey(tk, r.rule, err)
 		}
 	}
@@ -186,7 +186,7 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 	if tk.ticket == "" {
 		return
 	}
-	rules := t.matching(tk.Task)
+	rules := t.matching(ctx, tk.Task)
 	roles := meterRoles(rules)
 	for i, rule := range rules {
 		if rule.conc != nil {

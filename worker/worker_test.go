@@ -149,13 +149,14 @@ func TestKeyFunctions(t *testing.T) {
 		{"missing field", worker.ByPayloadField("nope"), "", true},
 		{"header", worker.ByHeader("region"), "eu", false},
 		{"missing header", worker.ByHeader("zone"), "", true},
+		{"queue outside a server", worker.ByQueue(), worker.DefaultQueue, false},
 	} {
-		got, err := tc.key(task)
+		got, err := tc.key(context.Background(), task)
 		if got != tc.want || (err != nil) != tc.err || (err != nil && !errors.Is(err, worker.ErrNoKey)) {
 			t.Errorf("%s: %q, %v", tc.name, got, err)
 		}
 	}
-	if _, err := worker.ByPayloadField("tenant")(asynq.NewTask("x", []byte("not json"))); !errors.Is(err, worker.ErrNoKey) {
+	if _, err := worker.ByPayloadField("tenant")(context.Background(), asynq.NewTask("x", []byte("not json"))); !errors.Is(err, worker.ErrNoKey) {
 		t.Errorf("not JSON: %v", err)
 	}
 }
@@ -181,10 +182,13 @@ func TestMatchers(t *testing.T) {
 		{worker.Pattern("email:*"), true, false},
 		{worker.Pattern("*:send"), true, true},
 		{worker.AnyTask(), true, true},
-		{worker.MatchFunc(func(t *asynq.Task) bool { return t.Type() == "sms:send" }), false, true},
+		{worker.MatchFunc(func(_ context.Context, t *asynq.Task) bool { return t.Type() == "sms:send" }), false, true},
+		{worker.Queue(worker.DefaultQueue), true, true}, // outside a server: the default queue
+		{worker.Queue("critical"), false, false},
 	} {
-		if tc.m.Match(email) != tc.email || tc.m.Match(sms) != tc.sms {
-			t.Errorf("%#v: email %v, sms %v", tc.m, tc.m.Match(email), tc.m.Match(sms))
+		ctx := context.Background()
+		if tc.m.Match(ctx, email) != tc.email || tc.m.Match(ctx, sms) != tc.sms {
+			t.Errorf("%#v: email %v, sms %v", tc.m, tc.m.Match(ctx, email), tc.m.Match(ctx, sms))
 		}
 	}
 }

@@ -169,16 +169,3 @@ var (
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any
 )
-
-// policyKey carries a policy chosen for one call in its context.
-type policyKey struct{}
-
-// WithPolicy returns ctx carrying p, a throttle.Policy that a limiter is to
-// apply to calls made with the returned context, unless a stored policy
-// says otherwise (package worker's per-task plans).
-func WithPolicy(ctx context.Context, p any) context.Context {
-	return context.WithValue(ctx, policyKey{}, p)
-}
-
-// PolicyFrom returns the policy WithPolicy put in ctx, or nil.
-func PolicyFrom(ctx context.Context) any { return ctx.Value(policyKey{}) }
