@@ -385,7 +385,9 @@ func TestFairShares(t *testing.T) {
 func TestSharesGoToTenantsWithRoom(t *testing.T) {
 	tg := redistest.New(t)
 	plan := func(slow bool) worker.Matcher {
-		return worker.MatchFunc(func(_ context.Context, at *asynq.Task) bool { return strings.Contains(string(at.Payload()), `"slow"`) == slow })
+		return worker.MatchFunc(func(_ context.Context, at *asynq.Task) bool {
+			return strings.Contains(string(at.Payload()), `"slow"`) == slow
+		})
 	}
 	rules := func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
 		tenant := worker.ByPayloadField("tenant")
