@@ -1,6 +1,9 @@
 package throttle
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ServerTime returns the Redis clock, in Unix microseconds, at which r was
 // decided: tests feed it to the reference models.
@@ -39,3 +42,22 @@ func LineLen(ctx context.Context, c *ConcurrencyLimiter, key string) (int, error
 	n, err := c.client.ZCard(ctx, c.Key(key)+lineSuffix).Result()
 	return int(n), err
 }
+
+// ForgetPolicyRead makes l's next decision read its stored policies first,
+// as it does after liveStale without a read.
+func ForgetPolicyRead(l *Limiter) {
+	if l.live == nil {
+		return
+	}
+	l.live.mu.Lock()
+	defer l.live.mu.Unlock()
+	if set := l.live.set.Load(); set != nil {
+		stale := *set
+		stale.read = time.Time{}
+		l.live.set.Store(&stale)
+	}
+}
+
+// PolicyFreshness is how long after a change a limiter's decisions follow
+// a stored policy at most.
+const PolicyFreshness = liveStale

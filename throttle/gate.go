@@ -40,6 +40,10 @@ func init() {
 		l, ok := limiter.(*Limiter)
 		return ok && l.spec.reservable
 	}
+	gate.Changeable = func(limiter any) bool {
+		l, ok := limiter.(*Limiter)
+		return ok && l.live != nil
+	}
 	gate.StartOn = startOn
 	gate.UndoStart = undoStart
 	gate.ClaimStart = claim

@@ -115,7 +115,9 @@ func meterRoles(rules []*Rule) []int {
 			continue
 		}
 		meters = append(meters, i)
-		if room < 0 && r.fair != nil {
+		if room < 0 && (r.fair != nil || gate.Changeable(r.limiter)) {
+			// shared fairly, or its policy may change: its tasks wait in
+			// its room rather than book slots at the policy of today
 			room = i
 		}
 	}

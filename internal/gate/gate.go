@@ -122,6 +122,11 @@ type Booking struct {
 var (
 	// Meter reports whether limiter is a meter the functions below serve.
 	Meter func(limiter any) bool
+	// Changeable reports whether limiter's policy may change while tasks
+	// wait for it (a named limiter reads stored policies): its tasks then
+	// wait in its room, released at the policy in force, rather than
+	// booking slots at today's.
+	Changeable func(limiter any) bool
 	// StartOn starts a task under limiter.
 	StartOn func(ctx context.Context, limiter any, req StartRequest) (Start, error)
 	// UndoStart gives back an admitted start whose task will not run now.
