@@ -58,7 +58,7 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if err != nil {
 		return nil, err
 	}
-	sp.policy = p
+	sp.policy, sp.form = p, p.String()
 	l := &Limiter{conn: c, policy: p, spec: sp, id: sp.id}
 	if c.cfg.named {
 		if err := validName(c.cfg.name); err != nil {

@@ -176,7 +176,7 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 	}
 	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
 	if r.policy != nil {
-		d.Policy = r.policy.id
+		d.Policy = r.policy.form
 	}
 	switch {
 	case err != nil:

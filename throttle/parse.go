@@ -172,10 +172,17 @@ func (k KeyKind) String() string {
 
 // KeyInfo is what [ParseKey] reads from a limiter's Redis key.
 type KeyInfo struct {
-	// Policy is the policy's short form as written in the key, such as
-	// "gcra:10/1s:5" or "conc:3/30s". [ParsePolicy] reads it back, or
-	// [ParseConcurrency] when Concurrency reports true.
+	// Policy is the policy's short form as written in the key of a limiter
+	// without a name, such as "gcra:10/1s:5" or "conc:3/30s".
+	// [ParsePolicy] reads it back, or [ParseConcurrency] when Concurrency
+	// reports true. Empty for a named limiter's key.
 	Policy string
+	// Name is the name of a limiter created with WithName, whose keys
+	// carry its name and algorithm rather than its policy; else "".
+	Name string
+	// Algorithm is the policy's algorithm in short: "gcra", "tb", "lb",
+	// "fw", "sl", "sw" or "conc".
+	Algorithm string
 	// Caller is the caller key, with the key's escaping undone. For a
 	// caller key stored by its hash (WithKeyHashing), Caller is that stored
 	// form, "%#" and 64 hex digits, and Hashed is true.
@@ -190,7 +197,7 @@ type KeyInfo struct {
 }
 
 // Concurrency reports whether the key belongs to a [ConcurrencyLimiter].
-func (k KeyInfo) Concurrency() bool { return strings.HasPrefix(k.Policy, "conc:") }
+func (k KeyInfo) Concurrency() bool { return k.Algorithm == "conc" }
 
 // ParseKey takes apart a Redis key that a [Limiter] or [ConcurrencyLimiter]
 // with the given prefix wrote: prefix + policy + ":{" + caller key + "}",
@@ -214,6 +221,14 @@ func ParseKey(prefix, key string) (KeyInfo, error) {
 		return KeyInfo{}, notLimiterKey(key, "the hash tag is not closed")
 	}
 	info := KeyInfo{Policy: rest[:open-1]}
+	if at := strings.LastIndexByte(info.Policy, '@'); at >= 0 {
+		info.Name, info.Algorithm, info.Policy = info.Policy[:at], info.Policy[at+1:], ""
+		if validName(info.Name) != nil || kindName(info.Algorithm) == info.Algorithm {
+			return KeyInfo{}, notLimiterKey(key, "%q is not a limiter's name and algorithm as the library writes them", rest[:open-1])
+		}
+	} else {
+		info.Algorithm, _, _ = strings.Cut(info.Policy, ":")
+	}
 	stored := rest[open+1 : open+1+length]
 	suffix := rest[open+2+length:]
 
@@ -250,12 +265,14 @@ func ParseKey(prefix, key string) (KeyInfo, error) {
 		}
 		return info, nil
 	}
-	p, err := ParsePolicy(info.Policy)
-	if err != nil || p.spec().id != info.Policy {
-		return KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
+	if info.Name == "" {
+		p, err := ParsePolicy(info.Policy)
+		if err != nil || p.spec().id != info.Policy {
+			return KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
+		}
 	}
-	if (info.Kind == KeyTicket || info.Kind == KeyTickets) && !p.spec().reservable {
-		return KeyInfo{}, notLimiterKey(key, "policy %q keeps no tickets", info.Policy)
+	if (info.Kind == KeyTicket || info.Kind == KeyTickets) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
+		return KeyInfo{}, notLimiterKey(key, "%s keeps no tickets", kindName(info.Algorithm))
 	}
 	return info, nil
 }

@@ -433,3 +433,46 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// TestPolicyStringReadsBack: every policy's String is its short form,
+// which ParsePolicy reads back to the same policy.
+func TestPolicyStringReadsBack(t *testing.T) {
+	for _, tc := range []struct {
+		policy throttle.Policy
+		want   string
+	}{
+		{throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 5}, "gcra:10/1m:5"},
+		{throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/1h30m:4"},
+		{throttle.LeakyBucket{Rate: throttle.PerSecond(7), Capacity: 2}, "lb:7/1s:2"},
+		{throttle.FixedWindow{Limit: 25, Window: 24 * time.Hour}, "fw:25/24h"},
+		{throttle.SlidingLog{Limit: 3, Window: 1500 * time.Millisecond}, "sl:3/1.5s"},
+		{throttle.SlidingWindow{Limit: 9, Window: 61 * time.Second}, "sw:9/1m1s"},
+	} {
+		if got := tc.policy.String(); got != tc.want {
+			t.Errorf("%#v.String() = %q, want %q", tc.policy, got, tc.want)
+		}
+		back, err := throttle.ParsePolicy(tc.policy.String())
+		if err != nil || back != tc.policy {
+			t.Errorf("ParsePolicy(%q) = %#v, %v; want %#v", tc.policy.String(), back, err, tc.policy)
+		}
+	}
+}
+
+// TestParseKeyOfNamedLimiters: a named limiter's keys carry its name and
+// algorithm, and read back to them.
+func TestParseKeyOfNamedLimiters(t *testing.T) {
+	tg := redistest.Embedded(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithName("partner-api"))
+	info, err := throttle.ParseKey(tg.Prefix, l.Key("tenant{1}"))
+	if err != nil || info.Name != "partner-api" || info.Algorithm != "gcra" || info.Policy != "" || info.Caller != "tenant{1}" || info.Kind != throttle.KeyState {
+		t.Errorf("ParseKey(%q) = %+v, %v", l.Key("tenant{1}"), info, err)
+	}
+	for _, bad := range []string{"partner-api@nope:{t}", "@gcra:{t}", "a{b@gcra:{t}", "partner-api@lb:{t}:tickets"} {
+		if _, err := throttle.ParseKey(tg.Prefix, tg.Prefix+bad); !errors.Is(err, throttle.ErrNotLimiterKey) {
+			t.Errorf("ParseKey(%q) = %v, want ErrNotLimiterKey", bad, err)
+		}
+	}
+	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithName("a@b")); !errors.Is(err, throttle.ErrInvalidOption) {
+		t.Errorf("a name with '@': %v, want ErrInvalidOption", err)
+	}
+}

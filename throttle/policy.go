@@ -1,6 +1,12 @@
 package throttle
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Policy is a rate-limiting algorithm with its parameters: one of
 // [FixedWindow], [SlidingLog], [SlidingWindow], [TokenBucket], [LeakyBucket]
@@ -10,6 +16,10 @@ type Policy interface {
 	// Validate reports why the policy cannot be used, as an error wrapping
 	// ErrInvalidPolicy, or nil.
 	Validate() error
+
+	// String returns the policy's short form, which ParsePolicy reads:
+	// "gcra:10/1s:5".
+	String() string
 
 	// spec describes how the policy runs; call it on a validated policy.
 	spec() spec
@@ -31,6 +41,8 @@ type spec struct {
 	policy Policy
 	// kind names the algorithm, as in the policy's short form: "gcra".
 	kind string
+	// form is the policy's String, for observers.
+	form string
 	// id names the algorithm and its parameters inside every Redis key, so
 	// that two policies never share state, e.g. "gcra:10/1s:5".
 	id string
@@ -71,6 +83,53 @@ func boxArgs(params ...string) []any {
 // compiled returns the spec of a validated policy.
 func compiled(p Policy) *spec {
 	sp := p.spec()
-	sp.policy = p
+	sp.policy, sp.form = p, p.String()
 	return &sp
+}
+
+// shortDuration writes d as time.Duration does, without the zero minutes
+// and seconds it ends whole hours and minutes with: "1m", "1h", "1h30m".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "gcra:10/1s:5".
+func (p GCRA) String() string {
+	return fmt.Sprintf("gcra:%d/%s:%d", p.Rate.N, shortDuration(p.Rate.Per), p.Burst)
+}
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "tb:10/1s:5".
+func (p TokenBucket) String() string {
+	return fmt.Sprintf("tb:%d/%s:%d", p.Rate.N, shortDuration(p.Rate.Per), p.Burst)
+}
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "lb:10/1s:5".
+func (p LeakyBucket) String() string {
+	return fmt.Sprintf("lb:%d/%s:%d", p.Rate.N, shortDuration(p.Rate.Per), p.Capacity)
+}
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "fw:25/1m".
+func (p FixedWindow) String() string {
+	return fmt.Sprintf("fw:%d/%s", p.Limit, shortDuration(p.Window))
+}
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "sl:25/1s".
+func (p SlidingLog) String() string { return fmt.Sprintf("sl:%d/%s", p.Limit, shortDuration(p.Window)) }
+
+// String returns the policy's short form, which ParsePolicy reads back:
+// "sw:25/1s".
+func (p SlidingWindow) String() string {
+	return fmt.Sprintf("sw:%d/%s", p.Limit, shortDuration(p.Window))
 }

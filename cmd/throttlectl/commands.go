@@ -72,6 +72,18 @@ func (a *app) open(args []string) (target, *limiter, redis.UniversalClient, erro
 	if err != nil {
 		return target{}, nil, nil, err
 	}
+	if t.policy.name != "" && t.policy.rate == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+		t.policy.rate, err = storedPolicy(ctx, client, a.prefix, t.policy.name, t.caller)
+		cancel()
+		if err == nil && t.policy.rate == nil {
+			err = usagef("%s: no policy is stored for the limiter %q: give the one in code with --policy", a.command.name, t.policy.name)
+		}
+		if err != nil {
+			_ = client.Close()
+			return target{}, nil, nil, err
+		}
+	}
 	l, err := newLimiter(client, a.prefix, t.policy)
 	if err != nil {
 		_ = client.Close()
@@ -82,8 +94,9 @@ func (a *app) open(args []string) (target, *limiter, redis.UniversalClient, erro
 
 // topOptions are top's own flags.
 type topOptions struct {
-	all   bool
-	limit int
+	all    bool
+	limit  int
+	config string
 }
 
 // runTop lists the throttled keys under the prefix, longest wait first.
@@ -92,6 +105,7 @@ func runTop(a *app, args []string) error {
 	var opts topOptions
 	fs.BoolVar(&opts.all, "all", false, "list every key, throttled or not")
 	fs.IntVar(&opts.limit, "limit", 0, "list at most `N` keys, the longest waits; 0: no limit")
+	fs.StringVar(&opts.config, "config", "", "JSON `file` mapping named limiters to their policies in code, for those with none stored")
 	operands, err := a.parseCommand(fs, args)
 	if err != nil {
 		return err
@@ -111,7 +125,13 @@ func runTop(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	scanned, err := a.limitersOf(client, keys)
+	var inCode map[string]string
+	if opts.config != "" {
+		if inCode, err = readConfig(opts.config); err != nil {
+			return err
+		}
+	}
+	scanned, err := a.limitersOf(client, keys, inCode)
 	if err != nil {
 		return err
 	}
@@ -135,9 +155,10 @@ func runTop(a *app, args []string) error {
 // found is what a scan found: each limiter key once, and what it passed.
 type found struct {
 	keys     []foundKey
-	limiters map[string]*limiter // by policy id
+	limiters map[string]*limiter // by policy id, or name@algorithm
 	scanned  int                 // keys under the prefix
 	hashed   int                 // keys whose caller key is stored by hash
+	unknown  int                 // keys of named limiters whose policy is not known
 }
 
 type foundKey struct {
@@ -148,7 +169,7 @@ type foundKey struct {
 // tickets fold into their caller key's entry; keys no limiter writes (the
 // worker's and the scheduler's) are passed over, and so are caller keys
 // stored by hash, which cannot be peeked.
-func (a *app) limitersOf(client redis.UniversalClient, keys []string) (found, error) {
+func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map[string]string) (found, error) {
 	f := found{limiters: map[string]*limiter{}, scanned: len(keys)}
 	seen := map[foundKey]bool{}
 	for _, key := range keys {
@@ -159,7 +180,11 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string) (found, er
 		if err != nil {
 			return found{}, err
 		}
-		k := foundKey{info.Policy, info.Caller}
+		id := info.Policy
+		if info.Name != "" {
+			id = info.Name + "@" + info.Algorithm
+		}
+		k := foundKey{id, info.Caller}
 		if seen[k] {
 			continue
 		}
@@ -168,18 +193,51 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string) (found, er
 			f.hashed++
 			continue
 		}
-		if f.limiters[info.Policy] == nil {
-			p, err := parsePolicy(info.Policy)
+		if _, ok := f.limiters[id]; !ok {
+			p, err := a.policyOf(client, info, inCode)
 			if err != nil {
 				return found{}, err
 			}
-			if f.limiters[info.Policy], err = newLimiter(client, a.prefix, p); err != nil {
-				return found{}, err
+			var l *limiter
+			if p.rate != nil || p.name == "" {
+				if l, err = newLimiter(client, a.prefix, p); err != nil {
+					return found{}, err
+				}
 			}
+			f.limiters[id] = l
+		}
+		if f.limiters[id] == nil {
+			f.unknown++
+			continue
 		}
 		f.keys = append(f.keys, k)
 	}
 	return f, nil
+}
+
+// policyOf returns the policy of a scanned key's limiter: the one in the
+// key, or for a named limiter the one stored for it, else the one inCode
+// gives for its name; a named policy without rate when neither does.
+func (a *app) policyOf(client redis.UniversalClient, info throttle.KeyInfo, inCode map[string]string) (policy, error) {
+	if info.Name == "" {
+		return parsePolicy(info.Policy)
+	}
+	p := policy{name: info.Name}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	stored, err := storedPolicy(ctx, client, a.prefix, info.Name, "")
+	if err != nil {
+		return policy{}, err
+	}
+	p.rate = stored
+	if p.rate == nil && inCode[info.Name] != "" {
+		rate, err := throttle.ParsePolicy(inCode[info.Name])
+		if err != nil {
+			return policy{}, usagef("--config, limiter %q: %v", info.Name, err)
+		}
+		p.rate = rate
+	}
+	return p, nil
 }
 
 // peekers is how many keys top peeks at once; the limiters share round

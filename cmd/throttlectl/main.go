@@ -6,7 +6,11 @@
 //	throttlectl [global flags] peek --config FILE --limiter NAME KEY
 //	throttlectl [global flags] peek REDIS-KEY
 //	throttlectl [global flags] reset --policy POLICY KEY
-//	throttlectl [global flags] top [--all] [--limit N]
+//	throttlectl [global flags] peek --name NAME [--policy POLICY] KEY
+//	throttlectl [global flags] top [--all] [--limit N] [--config FILE]
+//	throttlectl [global flags] set [--key KEY] NAME POLICY
+//	throttlectl [global flags] get NAME
+//	throttlectl [global flags] unset [--key KEY] NAME
 //
 // A policy is written as the library writes it inside its Redis keys:
 // gcra:10/1s:5 (GCRA, 10 per second, burst 5), tb:10/1s:5 (TokenBucket),
@@ -25,6 +29,17 @@
 // key has no state in Redis. top scans the prefix with SCAN (never KEYS),
 // on every master of a Cluster, and lists the keys throttled now (nothing
 // admitted, or blocked), longest wait first; --all lists every key.
+//
+// A limiter created with WithName keeps its state under its name, and its
+// policy can be changed while it runs: set stores a policy for the name
+// (with --key, for one caller key), and every process applies it within a
+// second; unset removes it, and the policy in code applies again; get
+// shows what is stored. A policy that is invalid, or of another algorithm
+// than the limiters of that name, is refused (exit status 2). peek and
+// reset take such a limiter's keys with --name (the policy stored for it
+// applies; --policy gives the one in code when none is), or as full Redis
+// keys; top peeks them with their stored policy, or the one --config
+// gives for the name.
 //
 // Redis keeps no record of when a key began to be throttled, so the answer
 // to "since when" is the state's own: how long the wait and the block still
@@ -70,7 +85,10 @@ type command struct {
 var commands = []command{
 	{"peek", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "show one key's state: admitted now?, remaining, retry-after, reset-after, block", runPeek},
 	{"reset", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "forget one key's state and lift its block", runReset},
-	{"top", "[--all] [--limit N]", "list the keys throttled now, longest wait first", runTop},
+	{"top", "[--all] [--limit N] [--config FILE]", "list the keys throttled now, longest wait first", runTop},
+	{"set", "[--key KEY] NAME POLICY", "store the policy of the limiter named NAME (or of one KEY); every process applies it within a second", runSet},
+	{"get", "NAME", "show the policies stored for the limiter named NAME", runGet},
+	{"unset", "[--key KEY] NAME", "remove a stored policy: the policy in code applies again within a second", runUnset},
 }
 
 // run is the whole command: it returns the exit status.
@@ -100,7 +118,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return usagef("no command: want peek, reset or top (see throttlectl --help)")
+		return usagef("no command: want peek, reset, top, set, get or unset (see throttlectl --help)")
 	}
 	if rest[0] == "help" {
 		printUsage(stdout, fs)
@@ -112,14 +130,15 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return c.run(a, rest[1:])
 		}
 	}
-	return usagef("unknown command %q: want peek, reset or top", rest[0])
+	return usagef("unknown command %q: want peek, reset, top, set, get or unset", rest[0])
 }
 
 // printUsage writes the top-level help.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `usage: throttlectl [global flags] <command> [flags] [args]
 
-Looks into the limits jobthrottle keeps in Redis, and resets them.
+Looks into the limits jobthrottle keeps in Redis, resets them, and changes
+the policies of named limiters while they run.
 
 commands:
 `)
@@ -129,7 +148,10 @@ commands:
 	fmt.Fprint(w, `
 POLICY is written as in the library's Redis keys: gcra:10/1s:5, tb:10/1s:5,
 lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, or conc:3/30s for a concurrency
-cap. A --config FILE maps names to policies: {"tenant": "gcra:10/1s:5"}.
+cap. A --config FILE maps names to policies: {"tenant": "gcra:10/1s:5"};
+for top it gives the policy in code of named limiters with none stored.
+A named limiter (WithName) keeps its keys under its name: peek --name NAME
+KEY, with --policy when none is stored.
 Exit status: 0 done, 1 failed (Redis, no state for the key), 2 usage error.
 
 global flags (also accepted after the command):

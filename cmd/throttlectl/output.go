@@ -17,8 +17,9 @@ import (
 type jsonState struct {
 	Key          string `json:"key"`
 	RedisKey     string `json:"redis_key"`
-	Policy       string `json:"policy"`
-	Kind         string `json:"kind"` // "rate" or "concurrency"
+	Limiter      string `json:"limiter,omitempty"` // a named limiter's name
+	Policy       string `json:"policy"`            // the policy in force
+	Kind         string `json:"kind"`              // "rate" or "concurrency"
 	Throttled    bool   `json:"throttled"`
 	Allowed      bool   `json:"allowed"`
 	Limit        int    `json:"limit"`
@@ -36,6 +37,7 @@ func toJSON(s state) jsonState {
 	j := jsonState{
 		Key:          s.caller,
 		RedisKey:     s.redisKey,
+		Limiter:      s.name,
 		Policy:       s.policy,
 		Kind:         "rate",
 		Throttled:    s.throttled(),
@@ -73,11 +75,11 @@ func (a *app) writePeek(s state) error {
 	tw := newTable(a.stdout)
 	if s.concurrency {
 		row(tw, "KEY", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
-		row(tw, display(s.caller), s.policy, yesNo(s.allowed), fraction(s.holders(), s.limit),
+		row(tw, display(s.caller), policyCell(s), yesNo(s.allowed), fraction(s.holders(), s.limit),
 			strconv.Itoa(s.remaining), short(s.retryAfter), short(s.resetAfter))
 	} else {
 		row(tw, "KEY", "POLICY", "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-		row(tw, display(s.caller), s.policy, yesNo(s.allowed), fraction(s.remaining, s.limit),
+		row(tw, display(s.caller), policyCell(s), yesNo(s.allowed), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
 	}
 	return tw.Flush()
@@ -92,12 +94,15 @@ func (a *app) writeReset(before state) error {
 		}{true, toJSON(before)})
 	}
 	_, err := fmt.Fprintf(a.stdout, "reset %s under %s (Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
-		display(before.caller), before.policy, display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
+		display(before.caller), policyCell(before), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
 	return err
 }
 
 // writeTop writes top's listing: a table, or a JSON array.
 func (a *app) writeTop(states []state, f found) error {
+	if f.unknown > 0 {
+		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys of named limiters have no stored policy and none in --config, and were not peeked\n", f.unknown)
+	}
 	if f.hashed > 0 {
 		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys under the prefix store their caller key by hash (WithKeyHashing) and were not peeked\n", f.hashed)
 	}
@@ -119,9 +124,17 @@ func (a *app) writeTop(states []state, f found) error {
 		if s.concurrency {
 			blocked = "-"
 		}
-		row(tw, display(s.caller), s.policy, fraction(s.remaining, s.limit), short(s.retryAfter), short(s.resetAfter), blocked)
+		row(tw, display(s.caller), policyCell(s), fraction(s.remaining, s.limit), short(s.retryAfter), short(s.resetAfter), blocked)
 	}
 	return tw.Flush()
+}
+
+// policyCell shows a key's policy, and its limiter's name when it has one.
+func policyCell(s state) string {
+	if s.name != "" {
+		return s.policy + " (" + s.name + ")"
+	}
+	return s.policy
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

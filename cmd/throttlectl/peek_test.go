@@ -33,13 +33,13 @@ func TestThrottlectlPeek(t *testing.T) {
 		limit     int
 		period    time.Duration // how long the retry-after may be, when throttled
 	}{
-		{"gcra", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/60m:5", "gcra:10/1h0m0s:5", "tenant-42", 2, 3, 5, 0},
-		{"gcra full", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/1h0m0s:5", "gcra:10/1h0m0s:5", "tenant{7}%", 5, 0, 5, 6 * time.Minute},
-		{"token bucket", throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/90m:4", "tb:3/1h30m0s:4", "tenant-1", 4, 0, 4, 30 * time.Minute},
-		{"leaky bucket", throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}, "lb:5/1h:5", "lb:5/1h0m0s:5", "tenant-2", 1, 4, 5, 0},
-		{"fixed window", throttle.FixedWindow{Limit: 25, Window: decade}, "fw:25/87600h", "fw:25/87600h0m0s", "tenant-3", 7, 18, 25, 0},
-		{"sliding log", throttle.SlidingLog{Limit: 3, Window: time.Hour}, "sl:3/1h", "sl:3/1h0m0s", "tenant-4", 3, 0, 3, time.Hour},
-		{"sliding window", throttle.SlidingWindow{Limit: 100, Window: decade}, "sw:100/87600h", "sw:100/87600h0m0s", "tenant-5", 40, 60, 100, 0},
+		{"gcra", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/60m:5", "gcra:10/1h:5", "tenant-42", 2, 3, 5, 0},
+		{"gcra full", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/1h0m0s:5", "gcra:10/1h:5", "tenant{7}%", 5, 0, 5, 6 * time.Minute},
+		{"token bucket", throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/90m:4", "tb:3/1h30m:4", "tenant-1", 4, 0, 4, 30 * time.Minute},
+		{"leaky bucket", throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}, "lb:5/1h:5", "lb:5/1h:5", "tenant-2", 1, 4, 5, 0},
+		{"fixed window", throttle.FixedWindow{Limit: 25, Window: decade}, "fw:25/87600h", "fw:25/87600h", "tenant-3", 7, 18, 25, 0},
+		{"sliding log", throttle.SlidingLog{Limit: 3, Window: time.Hour}, "sl:3/1h", "sl:3/1h", "tenant-4", 3, 0, 3, time.Hour},
+		{"sliding window", throttle.SlidingWindow{Limit: 100, Window: decade}, "sw:100/87600h", "sw:100/87600h", "tenant-5", 40, 60, 100, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := c.limiter(tc.policy)
@@ -138,7 +138,7 @@ func TestThrottlectlReset(t *testing.T) {
 	acquire(t, exports, "tenant-3")
 
 	r := c.ok("reset", "--policy", "gcra:1/1h:1", "tenant{1}")
-	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h0m0s:1 ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
+	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h:1 ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
 		t.Errorf("reset says %q", r.stdout)
 	}
 	var got struct {
@@ -180,7 +180,7 @@ func TestThrottlectlConfig(t *testing.T) {
 
 	var got peekJSON
 	c.okJSON(&got, "peek", "--config", config, "--limiter", "tenant", "tenant-42")
-	if got.Policy != "gcra:10/1h0m0s:5" || got.Remaining != 1 {
+	if got.Policy != "gcra:10/1h:5" || got.Remaining != 1 {
 		t.Errorf("peek --limiter tenant: %+v", got)
 	}
 	c.okJSON(&got, "peek", "--config", config, "--limiter", "exports", "tenant-42")

@@ -13,8 +13,9 @@ import (
 // rate policy, or a concurrency cap, which the library keeps as a type of
 // its own.
 type policy struct {
-	rate throttle.Policy      // nil for a concurrency cap
+	rate throttle.Policy      // nil for a concurrency cap, or a named limiter's stored policy
 	conc throttle.Concurrency // zero for a rate policy
+	name string               // a named limiter's name (WithName)
 }
 
 // parsePolicy reads a policy in its short form: "gcra:10/1s:5",
@@ -40,6 +41,21 @@ type target struct {
 // prefix.
 func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 	switch {
+	case pf.name != "" && (pf.config != "" || pf.limiter != ""):
+		return target{}, usagef("%s: give --name, with --policy or without, or --config with --limiter, not both", a.command.name)
+	case pf.name != "":
+		var p policy
+		if pf.policy != "" {
+			var err error
+			if p, err = parsePolicy(pf.policy); err != nil {
+				return target{}, usagef("--policy: %v", err)
+			}
+			if p.rate == nil {
+				return target{}, usagef("--name: a concurrency cap has no name in its keys; give --policy alone")
+			}
+		}
+		p.name = pf.name
+		return target{p, operand}, nil
 	case pf.policy != "" && (pf.config != "" || pf.limiter != ""):
 		return target{}, usagef("%s: give --policy, or --config with --limiter, not both", a.command.name)
 	case pf.policy != "":
@@ -62,6 +78,17 @@ func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 	if info.Hashed {
 		return target{}, usagef("%s %q: the caller key is stored by its hash (WithKeyHashing), which throttlectl cannot address", a.command.name, operand)
 	}
+	if info.Name != "" {
+		p := policy{name: info.Name}
+		if pf.policy != "" {
+			var err error
+			if p, err = parsePolicy(pf.policy); err != nil {
+				return target{}, usagef("--policy: %v", err)
+			}
+			p.name = info.Name
+		}
+		return target{p, info.Caller}, nil
+	}
 	p, err := parsePolicy(info.Policy)
 	if err != nil {
 		return target{}, usagef("%s %q: %v", a.command.name, operand, err)
@@ -80,13 +107,9 @@ func policyFromConfig(path, limiter string) (policy, error) {
 	case limiter == "":
 		return policy{}, usagef("--config needs --limiter NAME")
 	}
-	data, err := os.ReadFile(path)
+	named, err := readConfig(path)
 	if err != nil {
-		return policy{}, usagef("--config: %v", err)
-	}
-	var named map[string]string
-	if err := json.Unmarshal(data, &named); err != nil {
-		return policy{}, usagef("--config %s: want a JSON object of limiter names and policy strings: %v", path, err)
+		return policy{}, err
 	}
 	s, ok := named[limiter]
 	if !ok {
@@ -102,4 +125,18 @@ func policyFromConfig(path, limiter string) (policy, error) {
 		return policy{}, usagef("--config %s, limiter %q: %v", path, limiter, err)
 	}
 	return p, nil
+}
+
+// readConfig reads a --config file: a JSON object of limiter names and
+// policies.
+func readConfig(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--config: %v", err)
+	}
+	var named map[string]string
+	if err := json.Unmarshal(data, &named); err != nil {
+		return nil, usagef("--config %s: want a JSON object of limiter names and policy strings: %v", path, err)
+	}
+	return named, nil
 }

@@ -12,7 +12,8 @@ import (
 
 // limiter is a rate limiter or a concurrency limiter, seen one way.
 type limiter struct {
-	id     string                       // the policy's short form, as in its keys
+	id     string                       // the policy's short form, as in its keys, or name@algorithm
+	name   string                       // a named limiter's name
 	rate   *throttle.Limiter            // nil for a concurrency cap
 	conc   *throttle.ConcurrencyLimiter // nil for a rate policy
 	client redis.UniversalClient
@@ -22,7 +23,10 @@ type limiter struct {
 // nothing: throttlectl reports failures itself.
 func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter, error) {
 	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
-	l := &limiter{client: client}
+	l := &limiter{client: client, name: p.name}
+	if p.name != "" {
+		opts = append(opts, throttle.WithName(p.name))
+	}
 	var err error
 	if p.rate != nil {
 		l.rate, err = throttle.New(client, p.rate, opts...)
@@ -38,6 +42,9 @@ func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter
 		return nil, fmt.Errorf("reading back the limiter's own key: %w", err)
 	}
 	l.id = info.Policy
+	if info.Name != "" {
+		l.id = info.Name + "@" + info.Algorithm
+	}
 	return l, nil
 }
 
@@ -53,7 +60,8 @@ func (l *limiter) key(caller string) string {
 type state struct {
 	caller      string
 	redisKey    string
-	policy      string
+	policy      string // in force
+	name        string // a named limiter's name
 	concurrency bool
 	allowed     bool // one unit (one slot) would be admitted now
 	limit       int
@@ -74,12 +82,16 @@ func (s state) holders() int { return s.limit - s.remaining }
 
 // peek reads caller's state without changing it.
 func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
-	s := state{caller: caller, redisKey: l.key(caller), policy: l.id, concurrency: l.conc != nil}
+	s := state{caller: caller, redisKey: l.key(caller), policy: l.id, name: l.name, concurrency: l.conc != nil}
 	var r throttle.Result
 	var err error
 	if l.conc != nil {
 		r, err = l.conc.Peek(ctx, caller)
 	} else {
+		var p throttle.Policy
+		if p, err = l.rate.PolicyFor(ctx, caller); err == nil {
+			s.policy = p.String() // the policy in force: a stored one, maybe
+		}
 		r, err = l.rate.Peek(ctx, caller)
 		if err == nil {
 			s.blockedFor, err = l.rate.BlockedFor(ctx, caller)
@@ -124,5 +136,8 @@ func (l *limiter) reset(ctx context.Context, caller string) error {
 // errNoState is the failure of peek and reset on a key Redis knows nothing
 // about.
 func errNoState(t target, l *limiter) error {
+	if l.name != "" {
+		return fmt.Errorf("no state for key %q of limiter %s (Redis key %q): it has not been limited lately, or under another algorithm or --prefix", t.caller, l.name, l.key(t.caller))
+	}
 	return fmt.Errorf("no state for key %q under policy %s (Redis key %q): it has not been limited lately, or under another policy or --prefix", t.caller, l.id, l.key(t.caller))
 }

@@ -43,10 +43,10 @@ func newTopScene(t *testing.T, c *cli) topScene {
 	acquire(t, exports, "exports")
 	acquire(t, exports, "exports")
 	s.throttled = []topEntry{
-		{"tenant-a", "gcra:1/2h0m0s:1", 0},
-		{"tenant-b", "sl:3/1h0m0s", 0},
-		{"tenant{c}", "tb:2/1h0m0s:2", 0},
-		{"tenant-d", "sw:10/1h0m0s", 0},
+		{"tenant-a", "gcra:1/2h:1", 0},
+		{"tenant-b", "sl:3/1h", 0},
+		{"tenant{c}", "tb:2/1h:2", 0},
+		{"tenant-d", "sw:10/1h", 0},
 		{"exports", "conc:2/10m0s", 0},
 	}
 
@@ -57,9 +57,9 @@ func newTopScene(t *testing.T, c *cli) topScene {
 		t.Fatalf("ReserveFor: %+v, %v", r, err)
 	}
 	s.free = []topEntry{
-		{"tenant-f", "fw:5/87600h0m0s", 4},
-		{"tenant-g", "lb:5/1h0m0s:5", 3},
-		{"tenant-h", "gcra:10/1h0m0s:5", 4},
+		{"tenant-f", "fw:5/87600h", 4},
+		{"tenant-g", "lb:5/1h:5", 3},
+		{"tenant-h", "gcra:10/1h:5", 4},
 	}
 
 	for _, key := range []string{c.tg.Prefix + "worker:task:{task-1}", c.tg.Prefix + "sched:{nightly}:2026-03-14T02:00:00Z"} {
@@ -82,13 +82,13 @@ func TestThrottlectlTop(t *testing.T) {
 
 	var got []peekJSON
 	c.okJSON(&got, "top")
-	checkTop(t, "top --json", got, scene.throttled, true)
+	checkTop(t, c, "top --json", got, scene.throttled, true)
 
 	c.okJSON(&got, "top", "--all")
 	if len(got) != 8 {
 		t.Fatalf("top --all lists %d keys, want 8: %+v", len(got), got)
 	}
-	checkTop(t, "top --all --json (throttled part)", got[:5], scene.throttled, true)
+	checkTop(t, c, "top --all --json (throttled part)", got[:5], scene.throttled, true)
 	// The rest wait for nothing: their order depends on the clock.
 	rest := map[string]peekJSON{}
 	for _, g := range got[5:] {
@@ -102,7 +102,7 @@ func TestThrottlectlTop(t *testing.T) {
 	}
 
 	c.okJSON(&got, "top", "--limit", "2")
-	checkTop(t, "top --limit 2", got, scene.throttled[:2], true)
+	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
 	rows := checkTable(t, r.stdout, "KEY", "POLICY", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
@@ -123,7 +123,7 @@ func TestThrottlectlTop(t *testing.T) {
 }
 
 // checkTop checks a top listing against the keys wanted, in order.
-func checkTop(t *testing.T, what string, got []peekJSON, want []topEntry, throttled bool) {
+func checkTop(t *testing.T, c *cli, what string, got []peekJSON, want []topEntry, throttled bool) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s lists %d keys, want %d: %+v", what, len(got), len(want), got)
@@ -133,8 +133,8 @@ func checkTop(t *testing.T, what string, got []peekJSON, want []topEntry, thrott
 		if g.Key != w.key || g.Policy != w.policy || g.Remaining != w.remaining || g.Throttled != throttled || g.Allowed == throttled {
 			t.Errorf("%s[%d] = %+v, want %+v", what, i, g, w)
 		}
-		if !strings.Contains(g.RedisKey, w.policy+":{") {
-			t.Errorf("%s[%d]: Redis key %q", what, i, g.RedisKey)
+		if want := redisKeyOf(t, c, w.policy, w.key); g.RedisKey != want {
+			t.Errorf("%s[%d]: Redis key %q, want %q", what, i, g.RedisKey, want)
 		}
 		g.checkDurations(t)
 	}
@@ -193,4 +193,29 @@ func TestThrottlectlTopPrefixIsNotAPattern(t *testing.T) {
 	if len(got) != 1 || got[0].Key != "inside" {
 		t.Errorf("top --prefix %q: %+v", glob, got)
 	}
+}
+
+// redisKeyOf returns the Redis key of caller's state under policy.
+func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
+	t.Helper()
+	if strings.HasPrefix(policy, "conc:") {
+		p, err := throttle.ParseConcurrency(policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := throttle.NewConcurrencyLimiter(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Key(caller)
+	}
+	p, err := throttle.ParsePolicy(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := throttle.New(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Key(caller)
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// TestSetGetUnset: an operator stores a named limiter's policy and one
+// caller key's, reads them back (table and --json), and removes them; what
+// cannot apply is refused with exit status 2 and stores nothing; a running
+// limiter of that name applies what was stored.
+func TestSetGetUnset(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10},
+		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, "tenant-1"); err != nil { // the limiter reads the store
+		t.Fatal(err)
+	}
+
+	r := c.ok("set", "partner-api", "gcra:20/1m:20")
+	if !strings.Contains(r.stdout, "gcra:20/1m:20") || !strings.Contains(r.stdout, "within a second") {
+		t.Errorf("set shows: %v", r)
+	}
+	c.ok("set", "--key", "vip", "partner-api", "gcra:50/1m:50")
+	var got jsonStored
+	c.okJSON(&got, "get", "partner-api")
+	if got.Limiter != "partner-api" || got.Algorithm != "gcra" || got.Policy != "gcra:20/1m:20" ||
+		got.Keys["vip"] != "gcra:50/1m:50" || len(got.Keys) != 1 || got.Version != 2 {
+		t.Errorf("get --json = %+v", got)
+	}
+	// A process starting now reads the store before its first decision.
+	fresh, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10},
+		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := fresh.PolicyFor(ctx, "vip"); err != nil || p.String() != "gcra:50/1m:50" {
+		t.Errorf("the limiter applies %v, %v for vip; want gcra:50/1s:50", p, err)
+	}
+
+	// peek finds the named limiter's key with the stored policy.
+	var peeked jsonState
+	c.okJSON(&peeked, "peek", "--name", "partner-api", "tenant-1")
+	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1m:20" || peeked.Limit != 20 || peeked.Remaining != 19 {
+		t.Errorf("peek --name = %+v", peeked)
+	}
+	c.okJSON(&peeked, "peek", l.Key("tenant-1"))
+	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1m:20" {
+		t.Errorf("peek of the Redis key = %+v", peeked)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"set", "partner-api", "fw:10/1s"}, "FixedWindow"},
+		{[]string{"set", "partner-api", "gcra:0/1s:1"}, "invalid policy"},
+		{[]string{"set", "partner-api"}, "want NAME POLICY"},
+		{[]string{"set", "a{b}", "gcra:1/1s:1"}, "must not contain"},
+		{[]string{"get"}, "missing NAME"},
+	} {
+		fails(t, c.run(tc.args...), 2, tc.says)
+	}
+
+	c.ok("unset", "partner-api")
+	c.ok("unset", "--key", "vip", "partner-api")
+	var after jsonStored
+	c.okJSON(&after, "get", "partner-api")
+	if after.Policy != "" || len(after.Keys) != 0 || after.Version != 4 {
+		t.Errorf("after unset, get --json = %+v", after)
+	}
+	// With nothing stored, peek needs the policy in code.
+	fails(t, c.run("peek", "--name", "partner-api", "tenant-1"), 2, "--policy")
+	c.okJSON(&peeked, "peek", "--name", "partner-api", "--policy", "gcra:10/1m:10", "tenant-1")
+	if peeked.Policy != "gcra:10/1m:10" || peeked.Limit != 10 {
+		t.Errorf("peek --name --policy = %+v", peeked)
+	}
+}
+
+// TestTopPeeksNamedLimiters: top lists a named limiter's throttled key
+// with the policy stored for it, or the one --config gives.
+func TestTopPeeksNamedLimiters(t *testing.T) {
+	c := newCLI(t)
+	ctx := context.Background()
+	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
+		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("exports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("top")
+	if r.code != 0 || !strings.Contains(r.stderr, "no stored policy") {
+		t.Errorf("top with no policy known for the name: %v", r)
+	}
+	config := filepath.Join(t.TempDir(), "limits.json")
+	writeJSON(t, config, map[string]string{"exports": "gcra:1/1m:1"})
+	var listed []jsonState
+	c.okJSON(&listed, "top", "--config", config)
+	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
+		t.Errorf("top --config = %+v", listed)
+	}
+	c.ok("set", "exports", "gcra:2/1m:2")
+	c.okJSON(&listed, "top", "--all")
+	if len(listed) != 1 || listed[0].Policy != "gcra:2/1m:2" || listed[0].Remaining != 1 {
+		t.Errorf("top with a stored policy = %+v", listed)
+	}
+}
