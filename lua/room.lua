@@ -16,7 +16,8 @@
 -- KEYS[1]  the planned instant of the meter key (see common.lua)
 -- KEYS[2]  the room: sorted set of waiter IDs by start tag
 -- KEYS[3]  the waiters: hash of waiter ID ->
---          "<eligible us>|<tag>|<flow length>|<flow><payload>" while waiting
+--          "<eligible us>|<tag>|<units>|<flow length>|<flow><payload>" while
+--          waiting (units: what its start takes of the meter)
 --          (the tag is kept here too: a sorted set's score comes back
 --          written as a float, which not every Lua reads back),
 --          "=<end us>:<end ticks>:<slot us>|..." once released (the
@@ -43,22 +44,27 @@
 -- enter:   ARGV[2] waiter ID, ARGV[3] flow (non-empty), ARGV[4] weight
 --          (>= 1; 0: first come, first served), ARGV[5] the soonest it
 --          may start, in us from now, ARGV[6] payload (opaque),
---          ARGV[7] how long the room's keys outlive their last write, us
+--          ARGV[7] how long the room's keys outlive their last write, us,
+--          ARGV[8] the units its start takes (>= 1; a flow's tags advance
+--          by units / weight, so flows share units fairly)
 --          Returns {waiters in the room, 1 if it entered now (0: it was
 --          there, or is released: it keeps its place and release, and
 --          takes the new payload and, waiting, the later soonest start),
 --          now_us}
--- release: ARGV[2] n, ARGV[3] burst, ARGV[4] num, ARGV[5] den (the meter),
---          ARGV[6] lead: how long before its start a waiter is released,
---          in ticks, ARGV[7] keys' lifetime, us
+-- release: ARGV[2] n, the fewest units a waiter takes, ARGV[3] burst,
+--          ARGV[4] num, ARGV[5] den (the meter), ARGV[6] lead: how long
+--          before its start a waiter is released, in ticks, ARGV[7] keys'
+--          lifetime, us
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
---          end ticks, flow, now_us, next_us} for a waiter released (next_us:
---          when the next may be); {0, due_us, now_us} otherwise, due_us the
---          instant to try again (0: the room is empty)
+--          end ticks, flow, now_us, next_us, units} for a waiter released
+--          (next_us: when the next may be); {0, due_us, now_us} otherwise,
+--          due_us the instant to try again (0: the room is empty). A waiter
+--          whose units do not fit by the lead keeps its turn: nobody is
+--          released before it.
 -- leave:   ARGV[2] waiter ID: removes a waiter, or a release nobody came
 --          for. Returns {1 if it was there, now_us}
 -- put back: ARGV[2] waiter ID, ARGV[3] unused, ARGV[4], ARGV[5] the end
---          of its release (us, ticks), ARGV[6] n, ARGV[7] burst, ARGV[8]
+--          of its release (us, ticks), ARGV[6] unused, ARGV[7] burst, ARGV[8]
 --          num, ARGV[9] den, ARGV[10] hold its flow back until (Unix us; 0:
 --          no), ARGV[11] keys' lifetime. The release's capacity is given
 --          back as far as nothing later stands on it (see common.lua's
@@ -113,21 +119,29 @@ local function held_until(flow)
   return math.abs(tonumber(redis.call('HGET', KEYS[5], flow)) or 0)
 end
 
--- parse splits a waiting waiter's info into eligible, flow, payload and
--- tag.
+-- parse splits a waiting waiter's info into eligible, flow, payload, tag
+-- and units.
 local function parse(info)
   local bar = string.find(info, '|', 1, true)
   local eligible = tonumber(string.sub(info, 1, bar - 1))
   local bar2 = string.find(info, '|', bar + 1, true)
   local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
   local bar3 = string.find(info, '|', bar2 + 1, true)
-  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
-  local flow = string.sub(info, bar3 + 1, bar3 + length)
-  return eligible, flow, string.sub(info, bar3 + length + 1), tag
+  local units = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local bar4 = string.find(info, '|', bar3 + 1, true)
+  local length = tonumber(string.sub(info, bar3 + 1, bar4 - 1))
+  local flow = string.sub(info, bar4 + 1, bar4 + length)
+  return eligible, flow, string.sub(info, bar4 + length + 1), tag, units
+end
+
+-- waiting_info writes a waiting waiter's info.
+local function waiting_info(eligible, tag, units, flow, payload)
+  return int(eligible) .. '|' .. int(tag) .. '|' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
 end
 
 if mode == 0 then
   local id, flow, weight = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  local units = math.max(1, tonumber(ARGV[8]) or 1)
   local known = redis.call('HGET', KEYS[3], id)
   if known then
     -- There already (a task handed over to a copy of itself comes back
@@ -143,7 +157,7 @@ if mode == 0 then
     if released == '' then
       eligible = math.max(eligible, now + tonumber(ARGV[5]))
     end
-    redis.call('HSET', KEYS[3], id, released .. int(eligible) .. '|' .. int(tag) .. '|' .. int(#old_flow) .. '|' .. old_flow .. ARGV[6])
+    redis.call('HSET', KEYS[3], id, released .. waiting_info(eligible, tag, units, old_flow, ARGV[6]))
     keep(tonumber(ARGV[7]))
     return {redis.call('ZCARD', KEYS[2]), 0, now}
   end
@@ -154,14 +168,14 @@ if mode == 0 then
     local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
     local finish = tonumber(redis.call('HGET', KEYS[4], flow)) or 0
     tag = math.max(v, finish)
-    redis.call('HSET', KEYS[4], flow, int(tag + math.max(1, floor_div(SCALE, weight))))
+    redis.call('HSET', KEYS[4], flow, int(tag + units * math.max(1, floor_div(SCALE, weight))))
   end
   if held_until(flow) > now then
     redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
   else
     redis.call('ZADD', KEYS[2], int(tag), id)
   end
-  redis.call('HSET', KEYS[3], id, int(now + tonumber(ARGV[5])) .. '|' .. int(tag) .. '|' .. int(#flow) .. '|' .. flow .. ARGV[6])
+  redis.call('HSET', KEYS[3], id, waiting_info(now + tonumber(ARGV[5]), tag, units, flow, ARGV[6]))
   keep(tonumber(ARGV[7]))
   return {redis.call('ZCARD', KEYS[2]), 1, now}
 end
@@ -189,12 +203,12 @@ if mode == 3 then
   if not info or string.sub(info, 1, 1) ~= '=' then
     return {0, now} -- used meanwhile, or gone
   end
-  local n, burst, per_unit, den = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  local debt = ticks_until(KEYS[1], now, per_unit, den)
-  cancel(KEYS[1], nil, now, debt, n * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
+  local burst, per_unit, den = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   -- The waiting form is kept after the release's end: "=<end>|<waiting>".
   local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
-  local _, flow, _, tag = parse(waiting)
+  local _, flow, _, tag, units = parse(waiting)
+  local debt = ticks_until(KEYS[1], now, per_unit, den)
+  cancel(KEYS[1], nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
   redis.call('HSET', KEYS[3], id, waiting)
   local until_us = tonumber(ARGV[10])
   if until_us > now then
@@ -228,8 +242,8 @@ local slot_at = now + ceil_div(start, den) -- the meter's next start
 
 -- release lets a waiter out with its start at start ticks from now; its
 -- flow's next waiter set aside, if any, takes its place in the room.
-local function release(id, info, flow, payload, tag)
-  debt = math.max(debt, start) + cost
+local function release(id, info, flow, payload, tag, units)
+  debt = math.max(debt, start) + units * per_unit
   store_instant(KEYS[1], now, debt, per_unit, den)
   local end_us, end_ticks = instant_after(now, debt, den)
   redis.call('ZREM', KEYS[2], id)
@@ -240,7 +254,20 @@ local function release(id, info, flow, payload, tag)
   keep(tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
-  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due}
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units}
+end
+
+-- fits returns the start, in ticks from now, of a waiter of units no
+-- sooner than at ticks, or nil and the instant to try again when it would
+-- come after the lead: the waiter keeps its turn.
+local function fits(units, at)
+  -- more than the burst never fits: such a waiter goes at the next start,
+  -- where its claim fails (its task with it) rather than block the room
+  local own = math.max(debt + math.min(units, burst) * per_unit - tolerance, at, 0)
+  if own > lead then
+    return nil, now + ceil_div(own - lead, den)
+  end
+  return own
 end
 
 local horizon = now + ceil_div(lead, den) -- the latest start this release may give
@@ -281,7 +308,7 @@ for _ = 1, 4 do
     if not info or string.sub(info, 1, 1) == '=' then
       redis.call('ZREM', KEYS[2], id) -- left, expired, or released
     else
-      local eligible, flow, payload, tag = parse(info)
+      local eligible, flow, payload, tag, units = parse(info)
       local held_back = held_until(flow)
       if held_back > horizon then
         redis.call('ZREM', KEYS[2], id)
@@ -290,10 +317,15 @@ for _ = 1, 4 do
       else
         eligible = math.max(eligible, held_back)
         if eligible <= slot_at then
-          return release(id, info, flow, payload, tag)
+          local at, due = fits(units, start)
+          if not at then
+            return {0, due, now}
+          end
+          start = at
+          return release(id, info, flow, payload, tag, units)
         end
         if soonest == 0 or eligible < soonest then
-          soonest, first = eligible, {id, info, flow, payload, tag}
+          soonest, first = eligible, {id, info, flow, payload, tag, units}
         end
       end
     end
@@ -303,8 +335,12 @@ for _ = 1, 4 do
   end
 end
 if first and soonest <= horizon then
-  start = math.max(start, (soonest - now) * den)
-  return release(first[1], first[2], first[3], first[4], first[5])
+  local at, due = fits(first[6], math.max(start, (soonest - now) * den))
+  if not at then
+    return {0, due, now}
+  end
+  start = at
+  return release(first[1], first[2], first[3], first[4], first[5], first[6])
 end
 if next_hold > 0 and (soonest == 0 or next_hold < soonest) then
   soonest = next_hold

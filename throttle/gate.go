@@ -240,7 +240,7 @@ func (l *Limiter) roomKeys(key string) []string {
 	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix, state + heldSuffix, state + asideSuffix}
 }
 
-func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight int, after time.Duration, payload string) (int, error) {
+func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, error) {
 	l, err := meterOf(limiter)
 	if err != nil {
 		return 0, err
@@ -250,8 +250,10 @@ func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weigh
 		return 0, fmt.Errorf("%w: a room needs a key, a waiter and a flow", ErrInvalidKey)
 	case weight < 0:
 		return 0, fmt.Errorf("%w: a flow's weight must not be negative, got %d", ErrInvalidN, weight)
+	case n < 1:
+		return 0, fmt.Errorf("%w: a waiter takes at least 1 unit, got %d", ErrInvalidN, n)
 	}
-	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(max(0, after.Microseconds())), payload, itoa(roomLifetime.Microseconds())}
+	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(max(0, after.Microseconds())), payload, itoa(roomLifetime.Microseconds()), strconv.Itoa(n)}
 	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
 	if err != nil {
 		return 0, l.unavailable(ctx, err)
@@ -316,7 +318,13 @@ func release(ctx context.Context, limiter any, key string, n int, lead time.Dura
 			next = time.UnixMicro(n)
 		}
 	}
-	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, Delay: micros(delay), Slot: time.UnixMicro(now + delay), Due: next,
+	units := int64(1)
+	if len(values) > 10 {
+		if units, err = asInt(values[10]); err != nil {
+			return gate.Released{}, l.unavailable(ctx, err)
+		}
+	}
+	return gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, N: int(units), Delay: micros(delay), Slot: time.UnixMicro(now + delay), Due: next,
 		Back: []string{tag, itoa(endUs), itoa(endTicks)}}, nil
 }
 

@@ -101,11 +101,11 @@ func TestRoomReleasesFairly(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	for i := range 4 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, 0, "h"); err != nil {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, 1, 0, "h"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, 0, "l"); err != nil {
+	if _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, 1, 0, "l"); err != nil {
 		t.Fatal(err)
 	}
 	if c := claim(t, l, workergate.ClaimRequest{Key: "all", N: 1, Held: workergate.HeldByRoom, Ticket: "fresh", MaxWait: time.Second}); c.Status != workergate.NoCapacity || !c.Slot.IsZero() {
@@ -153,7 +153,7 @@ func TestRoomReleasesEveryWaiter(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000000), Burst: 1000})
 	ctx := context.Background()
 	for i := range 105 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("w%03d", i), "f", 1, 0, "p"); err != nil {
+		if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("w%03d", i), "f", 1, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +199,7 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 	ctx := context.Background()
 	allowN(t, room, "r", 1) // the next start is 100ms away
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := workergate.EnterRoom(ctx, room, "r", w, "f", 1, 0, "q/"+w); err != nil {
+		if _, err := workergate.EnterRoom(ctx, room, "r", w, "f", 1, 1, 0, "q/"+w); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,7 +262,7 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 	along := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1})
 	ctx := context.Background()
 	for _, e := range []struct{ waiter, payload string }{{"w1", "q/copy-1"}, {"w2", "q/w2"}, {"w1", "q/copy-2"}} {
-		if _, err := workergate.EnterRoom(ctx, room, "r", e.waiter, "f", 1, 0, e.payload); err != nil {
+		if _, err := workergate.EnterRoom(ctx, room, "r", e.waiter, "f", 1, 1, 0, e.payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,7 +314,7 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	enter := func(flow string, n int) {
 		t.Helper()
 		for i := range n {
-			if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("%s-%03d", flow, i), flow, 1, 0, "p"); err != nil {
+			if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("%s-%03d", flow, i), flow, 1, 1, 0, "p"); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -2,8 +2,20 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/throttle"
 )
+
+// cannotPass reports an error of a rule's limiter that asking again will
+// not mend: a task cost above what the policy can ever admit, or a policy
+// (a plan) that cannot apply.
+func cannotPass(err error) bool {
+	return errors.Is(err, throttle.ErrExceedsLimit) || errors.Is(err, throttle.ErrInvalidPolicy) || errors.Is(err, throttle.ErrInvalidN)
+}
 
 // admit passes the task through its rules, waiting inline where it may.
 // It returns the admitted pass, holding the leases to release after the
@@ -31,6 +43,11 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 		r := p.refused
 		if r.err != nil {
 			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
+			if cannotPass(r.err) {
+				// Asking again would fail the same way: the task's cost
+				// never fits the policy, or the policy cannot apply.
+				return nil, fmt.Errorf("worker: rule %q, key %q: %w: %w", r.rule.name, r.key, r.err, asynq.SkipRetry)
+			}
 		}
 		switch r.how {
 		case comeBack:

@@ -66,7 +66,11 @@ func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDela
 		// slot starts no sooner, and stays claimable that long after its
 		// start in case asynq hands it over late.
 		ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead(), NotBefore: t.lead()}
-		res, err := r.limiter.ReserveFor(ctx, key, ticket, 1, maxDelay)
+		cost, err := r.costOf(ctx, at)
+		if err != nil {
+			return Booking{}, fmt.Errorf("worker: rule %q: task cost: %w", r.name, err)
+		}
+		res, err := r.limiter.ReserveFor(ctx, key, ticket, cost, maxDelay)
 		if err != nil {
 			return Booking{}, err
 		}

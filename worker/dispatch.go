@@ -3,6 +3,7 @@ package worker
 import (
 	"container/heap"
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -217,13 +218,13 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 		}
 		t.noteAnswer()
 		parts := strings.Split(rel.Payload, "\x1f")
-		if len(parts) < 2 || len(parts)%2 != 0 {
+		if len(parts) < 2 || (len(parts)-2)%3 != 0 {
 			_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter) // not ours to read
 			continue
 		}
 		queue, id := parts[0], parts[1]
 		if until, ok := t.bookAlong(ctx, rel, parts[2:]); !ok {
-			_ = gate.PutBack(ctx, rule.limiter, key, 1, rel, until)
+			_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
 			continue
 		}
 		moved, err := t.move(ctx, queue, id)
@@ -239,18 +240,19 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 	return time.Now()
 }
 
-// bookAlong books a released waiter's slot on its along meters (rule and
-// key pairs) at the instant of its release, by its ticket. When one of them
+// bookAlong books a released waiter's slot on its along meters (rule, key
+// and units) at the instant of its release, by its ticket. When one of them
 // has no room then, it cancels what it booked and returns false and until
 // when the waiter's flow is to be held back.
 func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []string) (time.Time, bool) {
 	var booked []gate.Booking
-	for i := 0; i+1 < len(along); i += 2 {
+	for i := 0; i+2 < len(along); i += 3 {
 		r := t.rule(along[i])
-		if r == nil || r.limiter == nil {
+		units, err := strconv.Atoi(along[i+2])
+		if r == nil || r.limiter == nil || err != nil {
 			continue // a rule this process does not know: its claim decides
 		}
-		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, 1, rel.Slot, alongSlack, ticketGrace)
+		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, units, rel.Slot, alongSlack, ticketGrace)
 		if err == nil && b.OK {
 			booked = append(booked, b)
 			continue

@@ -21,6 +21,7 @@ type task struct {
 	copies int  // hand-over copies made so far
 	last   bool // no retries left: asynq would archive a returned error
 	keys   []string
+	costs  []int // the units it takes under each rule
 }
 
 // pass is one attempt to get a task through all its rules. Either it is
@@ -56,6 +57,7 @@ type start struct {
 	gate.Start
 	rule   *Rule
 	key    string
+	n      int    // units
 	held   int    // where the start's capacity came from
 	ticket string // its ticket, or its name in the room
 }
@@ -173,7 +175,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		if r.limiter == nil || roles[i] != 0 {
 			continue
 		}
-		res, err := r.limiter.Reserve(ctx, tk.keys[i], 1, 0)
+		res, err := r.limiter.Reserve(ctx, tk.keys[i], tk.costs[i], 0)
 		if err != nil {
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
@@ -191,7 +193,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		return p
 	}
 	r, key := rules[lead], tk.keys[lead]
-	req := gate.StartRequest{Key: key, N: 1, MaxWait: budget}
+	req := gate.StartRequest{Key: key, N: tk.costs[lead], MaxWait: budget}
 	if tk.ticket != "" {
 		// Claims the task's booking, or books one when the meter has no
 		// room now.
@@ -211,7 +213,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		// back when the meter could have room.
 		return refuse(r, key, s.Wait, waitOrRetry, nil)
 	}
-	p.starts = append(p.starts, start{s, r, key, req.Held, req.Ticket})
+	p.starts = append(p.starts, start{s, r, key, req.N, req.Held, req.Ticket})
 	p.delay = s.Wait
 	t.noteAnswer()
 	return p
@@ -228,7 +230,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration,
 	refuse func(*Rule, string, time.Duration, int, error) *pass) *pass {
 	roomRule, roomKey := rules[room], tk.keys[room]
-	req := gate.ClaimRequest{Key: roomKey, N: 1, Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}
+	req := gate.ClaimRequest{Key: roomKey, N: tk.costs[room], Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}
 	c, err := gate.ClaimStart(ctx, roomRule.limiter, req)
 	switch {
 	case err != nil:
@@ -238,13 +240,13 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 		// task's slot passed (it waits in the room again): the room decides.
 		return refuse(roomRule, roomKey, 0, enterRoom, nil)
 	}
-	p.claims = append(p.claims, claimed{c, roomRule, roomKey, req.Held, req.Ticket})
+	p.claims = append(p.claims, claimed{c, roomRule, roomKey, req.N, req.Held, req.Ticket})
 	p.delay = max(0, c.Wait)
 	for i, r := range rules {
 		if roles[i] != alongMeter {
 			continue
 		}
-		areq := gate.ClaimRequest{Key: tk.keys[i], N: 1, At: c.Slot, Grace: punctualGrace}
+		areq := gate.ClaimRequest{Key: tk.keys[i], N: tk.costs[i], At: c.Slot, Grace: punctualGrace}
 		if tk.ticket != "" {
 			areq.Held, areq.Ticket = gate.HeldByTicket, tk.ticket // booked at its release
 		}
@@ -253,7 +255,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
 		if a.Status == gate.Admitted || a.Status == gate.Taken {
-			p.claims = append(p.claims, claimed{a, r, tk.keys[i], areq.Held, areq.Ticket})
+			p.claims = append(p.claims, claimed{a, r, tk.keys[i], areq.N, areq.Held, areq.Ticket})
 			p.delay = max(0, a.Wait)
 			continue
 		}
@@ -285,6 +287,7 @@ type claimed struct {
 	gate.Claim
 	rule   *Rule
 	key    string
+	n      int // units
 	held   int
 	ticket string
 }
@@ -320,11 +323,11 @@ func (p *pass) giveBack(ctx context.Context) {
 	}
 	p.windows = nil
 	for _, s := range p.starts {
-		_ = gate.UndoStart(ctx, s.rule.limiter, s.key, 1, s.held, s.ticket, s.Start)
+		_ = gate.UndoStart(ctx, s.rule.limiter, s.key, s.n, s.held, s.ticket, s.Start)
 	}
 	p.starts = nil
 	for _, c := range p.claims {
-		_ = gate.UndoClaim(ctx, c.rule.limiter, c.key, 1, c.held, c.ticket, c.Claim)
+		_ = gate.UndoClaim(ctx, c.rule.limiter, c.key, c.n, c.held, c.ticket, c.Claim)
 	}
 	p.claims = nil
 	p.delay = 0

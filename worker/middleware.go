@@ -139,7 +139,13 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Err: err})
 			return nil, fmt.Errorf("worker: rule %q: %w: %w", r.name, err, asynq.SkipRetry)
 		}
+		cost, err := r.costOf(ctx, at)
+		if err != nil {
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Key: key, Err: err})
+			return nil, fmt.Errorf("worker: rule %q: task cost: %w: %w", r.name, err, asynq.SkipRetry)
+		}
 		tk.keys = append(tk.keys, key)
+		tk.costs = append(tk.costs, cost)
 	}
 	return tk, nil
 }

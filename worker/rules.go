@@ -19,6 +19,7 @@ type Rule struct {
 	limiter   *throttle.Limiter
 	conc      *throttle.ConcurrencyLimiter
 	key       KeyFunc
+	cost      CostFunc // nil: 1
 	giveUp    GiveUpPolicy
 	bookAhead time.Duration
 	fair      *fairness
@@ -88,6 +89,8 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: rule %q has no matcher", ErrInvalidRule, r.name)
 	case r.fair != nil && (r.limiter == nil || !r.limiter.CanReserveAhead()):
 		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
+	case r.cost != nil && r.conc != nil:
+		return fmt.Errorf("%w: rule %q: Cost applies to rate rules; a concurrency rule counts tasks", ErrInvalidRule, r.name)
 	case r.fair != nil && r.fair.by == nil:
 		return fmt.Errorf("%w: rule %q: Weights without FairBy", ErrInvalidRule, r.name)
 	}
@@ -115,6 +118,40 @@ func KeyBy(key KeyFunc) RuleOption {
 		r.key = key
 		return nil
 	})
+}
+
+// CostFunc returns how many units of a rate rule's limit a task takes: a
+// partner call that counts as 10 of its quota costs 10. ctx is the
+// handler's context (see Matcher). An error, or a cost below 1, fails the
+// task without retries.
+type CostFunc func(ctx context.Context, t *asynq.Task) (int, error)
+
+// Cost sets how many units of the rule's limit a task takes, as AllowN
+// takes n: a task waits until its units fit, and in a waiting room a
+// tenant's share counts units, not tasks. A task whose cost exceeds what
+// the limit can ever admit (the burst or window limit) fails without
+// retries with an error wrapping throttle.ErrExceedsLimit. Rate rules only.
+// Default: every task takes 1.
+func Cost(cost CostFunc) RuleOption {
+	return ruleOptionFunc(func(r *Rule) error {
+		if cost == nil {
+			return fmt.Errorf("%w: rule %q: nil cost function", ErrInvalidRule, r.name)
+		}
+		r.cost = cost
+		return nil
+	})
+}
+
+// costOf returns what the task takes of the rule's limit.
+func (r *Rule) costOf(ctx context.Context, t *asynq.Task) (int, error) {
+	if r.cost == nil {
+		return 1, nil
+	}
+	n, err := r.cost(ctx, t)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%w: a task costs at least 1 unit, got %d", throttle.ErrInvalidN, n)
+	}
+	return n, err
 }
 
 // DefaultBookAhead is how far ahead a rate rule books a rescheduled task's

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,10 +75,16 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	if tk.last {
 		id = tk.copyID()
 	}
+	// The payload: its queue and ID, then rule, key and units of each along
+	// meter, for the dispatcher that releases it.
 	parts := []string{tk.queue, id}
+	units := 1
 	for i, role := range roles {
+		if rules[i] == r.rule {
+			units = tk.costs[i]
+		}
 		if role == alongMeter {
-			parts = append(parts, rules[i].name, tk.keys[i])
+			parts = append(parts, rules[i].name, tk.keys[i], strconv.Itoa(tk.costs[i]))
 			if flow == "" {
 				flow = tk.keys[i]
 			}
@@ -93,7 +100,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		}
 	}
 	eligible := time.Now().Add(r.leadWait)
-	size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), flow, weight, r.leadWait, strings.Join(parts, "\x1f"))
+	size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), flow, weight, units, r.leadWait, strings.Join(parts, "\x1f"))
 	if err != nil {
 		r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
 		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
@@ -198,7 +205,7 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 			// Asked again with its ticket and no room to wait, the limiter
 			// returns the standing booking (or, if there is none, books the
 			// present if it can): either way, cancelling it gives it back.
-			if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, 1, 0); err == nil && res.OK {
+			if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, tk.costs[i], 0); err == nil && res.OK {
 				_ = res.Cancel(ctx)
 			}
 		case roomMeter:

@@ -97,6 +97,8 @@ type Released struct {
 	Waiter  string
 	Payload string
 	Flow    string
+	// N is the units the waiter's start takes, reserved by the release.
+	N int
 	// Delay is how long after the release its reserved start comes.
 	Delay time.Duration
 	// Slot is that start on the Redis clock.
@@ -137,10 +139,11 @@ var (
 	// UndoClaim gives back a claim whose task will not run now.
 	UndoClaim func(ctx context.Context, limiter any, key string, n int, held int, waiter string, c Claim) error
 	// EnterRoom puts a waiter in key's room, to start no sooner than after
-	// from now (on the Redis clock). weight 0 queues it first come, first served; 1 and more share
-	// the room fairly between flows, by weight. It returns the waiters in
-	// the room.
-	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight int, after time.Duration, payload string) (int, error)
+	// from now (on the Redis clock), its start taking n units of the
+	// meter. weight 0 queues it first come, first served; 1 and more share
+	// the room fairly between flows, by weight (and units). It returns the
+	// waiters in the room.
+	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, error)
 	// Release lets the next waiter of key's room out, when the meter
 	// admits its start within lead.
 	Release func(ctx context.Context, limiter any, key string, n int, lead time.Duration) (Released, error)

@@ -1,0 +1,120 @@
+package httpthrottle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/httpthrottle"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// unitsSeen records each booked request's slot and units, on the Redis
+// clock.
+type unitsSeen struct {
+	mu    sync.Mutex
+	slots []time.Time
+	units []int
+}
+
+func (u *unitsSeen) ObserveDecision(d throttle.Decision) {
+	if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {
+		u.mu.Lock()
+		u.slots = append(u.slots, d.Slot)
+		u.units = append(u.units, d.N)
+		u.mu.Unlock()
+	}
+}
+
+// TestRequestCostsAreCountedInUnits: requests that say in a header how
+// many units of the partner's quota they take (1 or 4), under GCRA 20/s
+// burst 4, from four goroutines. On the Redis clock no span between two
+// slots holds more units than the policy allows; a request costing more
+// than the burst fails with ErrExceedsLimit and is never sent; a cost
+// function's error stops the request too.
+func TestRequestCostsAreCountedInUnits(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	seen := &unitsSeen{}
+	cost := func(r *http.Request) (int, error) { return strconv.Atoi(r.Header.Get("X-Units")) }
+	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 4},
+		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(seen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := httpthrottle.NewTransport(limiter, httpthrottle.WithRequestCost(cost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: transport}
+	send := func(units string) error {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, up.URL, nil)
+		req.Header.Set("X-Units", units)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 10 {
+				units := "1"
+				if (g+i)%3 == 0 {
+					units = "4"
+				}
+				if err := send(units); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(up.times()); got != 40 {
+		t.Fatalf("the partner got %d requests, want 40", got)
+	}
+	seen.mu.Lock()
+	type slot struct {
+		at    time.Time
+		units int
+	}
+	var booked []slot
+	for i := range seen.slots {
+		booked = append(booked, slot{seen.slots[i], seen.units[i]})
+	}
+	seen.mu.Unlock()
+	sortSlots := func(a, b slot) int { return a.at.Compare(b.at) }
+	slices.SortFunc(booked, sortSlots)
+	for i := range booked {
+		sum := 0
+		for j := i; j < len(booked); j++ {
+			sum += booked[j].units
+			span := booked[j].at.Sub(booked[i].at)
+			if allowed := 4 + int(span*20/time.Second); sum > allowed {
+				t.Fatalf("%d units booked within %s on the Redis clock; 20/s with a burst of 4 allows %d", sum, span, allowed)
+			}
+		}
+	}
+	if err := send("5"); !errors.Is(err, throttle.ErrExceedsLimit) {
+		t.Errorf("a request of 5 units under a burst of 4: %v, want ErrExceedsLimit", err)
+	}
+	if err := send("x"); err == nil {
+		t.Error("a cost function's error: the request was sent")
+	}
+	if err := send("0"); !errors.Is(err, throttle.ErrInvalidN) {
+		t.Errorf("a cost of 0: %v, want ErrInvalidN", err)
+	}
+	if got := len(up.times()); got != 40 {
+		t.Errorf("the partner got %d requests, want 40: refused ones were sent", got)
+	}
+}
