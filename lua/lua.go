@@ -43,6 +43,12 @@ var SlidingLog string
 //go:embed sliding_window.lua
 var SlidingWindow string
 
+// Quota is the calendar quota script: units per day or month in a time
+// zone.
+//
+//go:embed quota.lua
+var Quota string
+
 // TokenBucket is the token bucket script.
 //
 //go:embed token_bucket.lua

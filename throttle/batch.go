@@ -35,6 +35,19 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	if l.spec.calendar != nil {
+		// A quota's periods may need asking twice (see runTicket): one
+		// request at a time.
+		results := make([]Result, len(requests))
+		for i, req := range requests {
+			r, err := l.decide(ctx, modeTake, req.Key, req.N)
+			if err != nil {
+				return nil, fmt.Errorf("request %d: %w", i, err)
+			}
+			results[i] = r
+		}
+		return results, nil
+	}
 	specs := make([]*spec, len(requests))
 	for i, req := range requests {
 		sp, err := l.specFor(ctx, req.Key)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/lua"
@@ -27,6 +28,9 @@ type Limiter struct {
 	plans  sync.Map   // Policy -> *spec, the plans WithPlan chose
 	denied *denyCache // nil unless WithDenyCache
 	shared *coalescer // nil unless WithCoalescing
+	// skew is how far Redis's clock was seen ahead of this process's, in
+	// µs: a Quota's periods are computed around the Redis time it implies.
+	skew atomic.Int64
 }
 
 // New returns a Limiter that applies p through client, which may be a
@@ -70,7 +74,7 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if c.cfg.denyCache > 0 {
 		l.denied = newDenyCache(c.cfg.denyCache)
 	}
-	if c.cfg.coalesce > 1 {
+	if c.cfg.coalesce > 1 && sp.calendar == nil {
 		l.shared = &coalescer{limit: c.cfg.coalesce, lanes: coalesceLanes}
 	}
 	return l, nil
@@ -299,18 +303,34 @@ func (l *Limiter) runTicket(ctx context.Context, sp *spec, mode int, key, ticket
 	if sp.reservable && mode >= modeReserve {
 		script = meterBookingScript
 	}
-	return l.eval(ctx, script, keys, args)
+	r, err := l.eval(ctx, script, keys, args)
+	if err == nil && sp.calendar != nil && r.v[0] < 0 {
+		// Redis's clock is further from ours than the periods given: learn
+		// how far, and ask again with the periods around its time.
+		l.skew.Store(r.v[4] - time.Now().UnixMicro())
+		keys, args = l.scriptArgs(sp, mode, key, ticket, n, extra...)
+		if r, err = l.eval(ctx, script, keys, args); err == nil && r.v[0] < 0 {
+			err = fmt.Errorf("quota.lua: Redis's clock moved by more than a period between two calls")
+		}
+	}
+	return r, err
 }
 
 // scriptArgs returns the keys and arguments of one call of the script of
 // sp.
 func (l *Limiter) scriptArgs(sp *spec, mode int, key, ticket string, n int, extra ...string) ([]string, []any) {
+	if sp.calendar != nil && len(extra) == 0 {
+		extra = noUndo
+	}
 	args := make([]any, 2+len(sp.args)+len(extra))
 	args[0] = modeArgs[mode]
 	args[1] = boxedN(n)
 	copy(args[2:], sp.args)
 	for i, e := range extra {
 		args[2+len(sp.args)+i] = e
+	}
+	if sp.calendar != nil {
+		args = append(args, sp.calendar(time.Now().Add(time.Duration(l.skew.Load())*time.Microsecond))...)
 	}
 	stateAndBlock := l.cfg.redisKeyWith(l.id, key, blockSuffix)
 	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
@@ -329,6 +349,9 @@ func (l *Limiter) scriptArgs(sp *spec, mode int, key, ticket string, n int, extr
 	}
 	return keys, args
 }
+
+// noUndo stands for the undo arguments of a call that undoes nothing.
+var noUndo = []string{"0", "0"}
 
 // smallN holds the decimal forms of small unit counts, boxed once.
 var smallN = func() (boxed [256]any) {

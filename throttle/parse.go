@@ -22,6 +22,11 @@ import (
 //	fw:LIMIT/WINDOW      FixedWindow{Limit: LIMIT, Window: WINDOW}
 //	sl:LIMIT/WINDOW      SlidingLog{Limit: LIMIT, Window: WINDOW}
 //	sw:LIMIT/WINDOW      SlidingWindow{Limit: LIMIT, Window: WINDOW}
+//	quota:LIMIT/day:ZONE Quota{Limit: LIMIT, Period: Day, Location: ZONE}
+//	quota:LIMIT/month:ZONE
+//
+// A quota's ZONE is an IANA time zone name such as "Europe/Paris", read
+// with [time.LoadLocation]; ":ZONE" may be left out for UTC.
 //
 // PER and WINDOW are durations as [time.ParseDuration] reads them, so
 // "fw:25/1m" and the key's own "fw:25/1m0s" are the same policy. The form
@@ -59,10 +64,15 @@ func ParsePolicy(s string) (Policy, error) {
 				p = SlidingWindow{Limit: limit, Window: window}
 			}
 		}
+	case "quota":
+		var q Quota
+		if q, err = parseQuota(rest); err == nil {
+			p = q
+		}
 	case "conc":
 		return nil, fmt.Errorf("%w: %q is a concurrency policy, read by ParseConcurrency", ErrInvalidPolicy, s)
 	default:
-		return nil, fmt.Errorf("%w: %q: unknown kind %q, want gcra, tb, lb, fw, sl or sw", ErrInvalidPolicy, s, kind)
+		return nil, fmt.Errorf("%w: %q: unknown kind %q, want gcra, tb, lb, fw, sl, sw or quota", ErrInvalidPolicy, s, kind)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidPolicy, s, err)

@@ -447,12 +447,14 @@ func TestPolicyStringReadsBack(t *testing.T) {
 		{throttle.FixedWindow{Limit: 25, Window: 24 * time.Hour}, "fw:25/24h"},
 		{throttle.SlidingLog{Limit: 3, Window: 1500 * time.Millisecond}, "sl:3/1.5s"},
 		{throttle.SlidingWindow{Limit: 9, Window: 61 * time.Second}, "sw:9/1m1s"},
+		{throttle.Quota{Limit: 1000, Period: throttle.Day, Location: mustZone(t, "Europe/Paris")}, "quota:1000/day:Europe/Paris"},
+		{throttle.Quota{Limit: 5, Period: throttle.Month}, "quota:5/month:UTC"},
 	} {
 		if got := tc.policy.String(); got != tc.want {
 			t.Errorf("%#v.String() = %q, want %q", tc.policy, got, tc.want)
 		}
 		back, err := throttle.ParsePolicy(tc.policy.String())
-		if err != nil || back != tc.policy {
+		if err != nil || back.String() != tc.policy.String() {
 			t.Errorf("ParsePolicy(%q) = %#v, %v; want %#v", tc.policy.String(), back, err, tc.policy)
 		}
 	}

@@ -54,6 +54,9 @@ type spec struct {
 	args []any
 	// den is the meters' tick: 1/den of a microsecond; 0 for windows.
 	den int64
+	// calendar, for a Quota, returns the bounds of the periods around an
+	// instant, script arguments that follow the undo arguments.
+	calendar func(at time.Time) []any
 	// reservable reports whether the policy books future slots (Reserve);
 	// its reservations, cancellations and blocks then run meterBookingScript.
 	reservable bool

@@ -23,6 +23,10 @@ func PerMinute(n int) Rate { return Rate{N: n, Per: time.Minute} }
 // PerHour returns a rate of n events per hour.
 func PerHour(n int) Rate { return Rate{N: n, Per: time.Hour} }
 
+// PerDay returns a rate of n events per 24 hours. For a quota that resets
+// at midnight in a time zone, use [Quota].
+func PerDay(n int) Rate { return Rate{N: n, Per: 24 * time.Hour} }
+
 // String formats the rate as "N/Per", for example "10/1s".
 func (r Rate) String() string { return fmt.Sprintf("%d/%s", r.N, r.Per) }
 

@@ -231,6 +231,8 @@ func kindName(kind string) string {
 		return "SlidingLog"
 	case "sw":
 		return "SlidingWindow"
+	case "quota":
+		return "Quota"
 	case "conc":
 		return "Concurrency"
 	}
