@@ -189,6 +189,11 @@ func policyQuota(p throttle.Policy) (int, time.Duration) {
 		return p.Capacity, refill(p.Rate, p.Capacity)
 	case throttle.GCRA:
 		return p.Burst, refill(p.Rate, p.Burst)
+	case throttle.Quota:
+		if p.Period == throttle.Month {
+			return p.Limit, 30 * 24 * time.Hour // a month, as advertised in seconds
+		}
+		return p.Limit, 24 * time.Hour
 	}
 	return 0, 0
 }

@@ -23,6 +23,7 @@ import (
 // on a scrape. The zero Collector is not usable: call [New].
 type Collector struct {
 	decisions   *prometheus.CounterVec   // limiter, op, outcome
+	policies    *prometheus.CounterVec   // limiter, policy
 	latency     *prometheus.HistogramVec // limiter, op
 	redisErrors *prometheus.CounterVec   // limiter
 	denyHits    *prometheus.CounterVec   // limiter
@@ -75,6 +76,10 @@ func New(opts ...Option) (*Collector, error) {
 			Namespace: ns, Name: "decisions_total",
 			Help: "Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire) and outcome (admitted, throttled, error, degraded).",
 		}, []string{"limiter", "op", "outcome"}),
+		policies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "policy_decisions_total",
+			Help: "Decisions of jobthrottle rate limiters by limiter name and the policy in force that made them (the limiter's own, a plan, or one stored with throttlectl set), in its short form: a policy change shows as a new series, a rollout as two.",
+		}, []string{"limiter", "policy"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time jobthrottle limiters took to decide, Redis round trip included, by limiter name and call.",
@@ -105,8 +110,8 @@ func New(opts ...Option) (*Collector, error) {
 }
 
 // vectors returns every metric vector of the Collector.
-func (c *Collector) vectors() [7]prometheus.Collector {
-	return [...]prometheus.Collector{c.decisions, c.latency, c.redisErrors, c.denyHits, c.tasks, c.waits, c.leases}
+func (c *Collector) vectors() [8]prometheus.Collector {
+	return [...]prometheus.Collector{c.decisions, c.policies, c.latency, c.redisErrors, c.denyHits, c.tasks, c.waits, c.leases}
 }
 
 // Describe sends the descriptors of every series the Collector can export;

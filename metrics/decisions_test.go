@@ -81,7 +81,11 @@ jobthrottle_redis_errors_total{limiter="partner"} 0
 jobthrottle_deny_cache_hits_total{limiter="cached"} 1
 jobthrottle_deny_cache_hits_total{limiter="exports"} 0
 jobthrottle_deny_cache_hits_total{limiter="partner"} 0
-`, "jobthrottle_decisions_total", "jobthrottle_redis_errors_total", "jobthrottle_deny_cache_hits_total")
+# HELP jobthrottle_policy_decisions_total Decisions of jobthrottle rate limiters by limiter name and the policy in force that made them (the limiter's own, a plan, or one stored with throttlectl set), in its short form: a policy change shows as a new series, a rollout as two.
+# TYPE jobthrottle_policy_decisions_total counter
+jobthrottle_policy_decisions_total{limiter="cached",policy="gcra:1/1h:1"} 3
+jobthrottle_policy_decisions_total{limiter="partner",policy="gcra:1/1h:2"} 5
+`, "jobthrottle_decisions_total", "jobthrottle_redis_errors_total", "jobthrottle_deny_cache_hits_total", "jobthrottle_policy_decisions_total")
 
 	// One latency sample per decision; the times themselves vary.
 	got := samples(t, reg)

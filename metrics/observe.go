@@ -16,6 +16,9 @@ func (c *Collector) ObserveDecision(d throttle.Decision) {
 	op := labelValue(string(d.Op))
 	series := c.limiter(limiter)
 	c.decisions.WithLabelValues(limiter, op, d.Outcome.String()).Inc()
+	if d.Policy != "" {
+		c.policies.WithLabelValues(limiter, labelValue(d.Policy)).Inc()
+	}
 	c.latency.WithLabelValues(limiter, op).Observe(d.Latency.Seconds())
 	if d.RedisFailed() {
 		series.redisErrors.Inc()
