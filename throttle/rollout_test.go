@@ -33,6 +33,7 @@ func changes() []change {
 		{"SlidingLog", throttle.SlidingLog{Limit: 5, Window: time.Second}, throttle.SlidingLog{Limit: 10, Window: time.Second}, 10},
 		{"SlidingWindow", throttle.SlidingWindow{Limit: 10, Window: time.Second}, throttle.SlidingWindow{Limit: 5, Window: time.Second}, 10},
 		{"SlidingWindow-shorter", throttle.SlidingWindow{Limit: 5, Window: time.Minute}, throttle.SlidingWindow{Limit: 10, Window: time.Second}, 10},
+		{"Quota", throttle.Quota{Limit: 10, Period: throttle.Day}, throttle.Quota{Limit: 20, Period: throttle.Day}, 20},
 	}
 }
 
@@ -169,6 +170,16 @@ func checkLarger(t *testing.T, c change, slots []time.Time) {
 				t.Fatalf("%d admitted in window %d, the larger policy %#v allows %d", n, w, p, limit)
 			}
 		}
+	case throttle.Quota:
+		per := map[string]int{}
+		for _, s := range slots {
+			per[s.UTC().Format(time.DateOnly)]++
+		}
+		for day, n := range per {
+			if n > p.Limit {
+				t.Fatalf("%d admitted on %s, the larger policy %v allows %d", n, day, p, p.Limit)
+			}
+		}
 	case throttle.SlidingLog:
 		for i := range slots {
 			j := i
@@ -189,6 +200,8 @@ func larger(c change) throttle.Policy {
 		case throttle.GCRA, throttle.TokenBucket, throttle.LeakyBucket:
 			_, b := meterOf(p)
 			return b
+		case throttle.Quota:
+			return p.Limit
 		default:
 			n, _ := countOf(p)
 			return n
