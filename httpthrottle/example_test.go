@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -82,4 +83,27 @@ func ExampleNewMiddleware() {
 	// 200 "default";r=1;t=30 retry-after=""
 	// 200 "default";r=0;t=30 retry-after=""
 	// 429 "default";r=0;t=30 retry-after="30"
+}
+
+// A partner whose batch endpoint counts each item against its quota.
+func ExampleWithRequestCost() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	limiter, err := throttle.New(rdb, throttle.Quota{Limit: 10_000, Period: throttle.Day}, throttle.WithName("partner"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	items := func(req *http.Request) (int, error) {
+		n, err := strconv.Atoi(req.Header.Get("X-Batch-Size"))
+		if err != nil {
+			return 1, nil // not a batch: one unit
+		}
+		return max(1, n), nil
+	}
+	transport, err := httpthrottle.NewTransport(limiter, httpthrottle.WithRequestCost(items))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = &http.Client{Transport: transport}
 }

@@ -30,6 +30,8 @@
 //	TokenBucket    1 integer, 88 B           exact                          Burst at once, then Rate
 //	LeakyBucket    2 integers, 120 B         exact                          Capacity at once, then Rate
 //	GCRA           1 integer, 88 B           exact                          Burst at once, then Rate
+//	Quota          1 string                  exact count per calendar day   up to 2×Limit across midnight
+//	                                         or month in a time zone
 //
 // TokenBucket, LeakyBucket (as a meter) and GCRA with the same rate and
 // capacity make identical decisions; they differ in how the state is kept.
@@ -39,6 +41,19 @@
 // ("1,000 per minute, counted per minute"). A meter whose interval (Per/N) is
 // not a whole number of microseconds keeps a remainder beside its integer
 // (about 120 B).
+//
+// # Names, plans and policies that change
+//
+// A limiter named with [WithName] keeps its state under its name rather
+// than its policy, so its policy can change and keep what was consumed:
+// the meters carry the units spoken for over into the new policy, the
+// windows their count while its window lasts; two processes on two
+// policies of one name never admit more than the larger allows. Its policy
+// can differ per caller key ([WithPlan]: a tenant's plan), and be stored in
+// Redis by an operator ([PolicyStore], throttlectl set), for the limiter or
+// one key; every process applies a stored policy within a second, without
+// a round trip per decision. [Limiter.PolicyFor] says which policy applies
+// to a key, and every [Decision] carries it.
 //
 // # Pacing: Wait, Reserve and concurrency
 //
@@ -56,10 +71,10 @@
 //
 // # Keys
 //
-// A caller key's state lives at prefix + policy identity + ":{" + caller key
-// + "}", for example "throttle:gcra:10/1s:5:{tenant-42}" ([Limiter.Key]). The
-// policy's identity keeps two policies on one caller key apart, and the
-// braces form a Redis Cluster hash tag: a caller key's state lives in one
+// A caller key's state lives at prefix + name + "@" + algorithm + ":{" +
+// caller key + "}" for a named limiter ("throttle:partner-api@gcra:{tenant-42}"),
+// and at prefix + policy + ":{" + caller key + "}" for one without a name
+// ("throttle:gcra:10/1s:5:{tenant-42}"; see [Limiter.Key]). The braces form a Redis Cluster hash tag: a caller key's state lives in one
 // slot, and '{', '}' and '%' inside caller keys are escaped, so no caller key
 // can move its slot or reach another's state. Every key is written with an
 // expiry that ends when its state stops mattering: idle keys disappear.

@@ -14,8 +14,10 @@ import (
 
 var blockScript = redis.NewScript(lua.Source(lua.Block))
 
-// Limiter applies one [Policy] to any number of caller keys, keeping their
+// Limiter applies a [Policy] to any number of caller keys, keeping their
 // state in Redis so that every process sharing the Redis shares the limit.
+// Named ([WithName]), its policy can differ per key ([WithPlan]) and be
+// changed while it runs ([PolicyStore]).
 // Each decision is one Lua script, run atomically on the Redis server with
 // the server's clock. A Limiter is safe for concurrent use; create one per
 // policy and reuse it. The zero Limiter is not usable: call [New].
@@ -45,7 +47,8 @@ type Limiter struct {
 //	WithDenyCache(size)    0 (off)       answer repeated rejections locally
 //	WithCoalescing(n)      64            share round trips between callers
 //	WithObserver(o)        none          receives every decision
-//	WithName(s)            policy's form name in decisions, logs, metrics
+//	WithName(s)            policy's form name in keys, decisions, logs, metrics; stored policies
+//	WithPlan(f)            none          the policy of each caller key
 //	WithLogger(l)          slog.Default  where Redis failures are logged
 //	WithKeyHashing(over)   off           store long caller keys by hash
 //

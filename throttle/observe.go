@@ -119,10 +119,15 @@ func WithObserver(o Observer) Option {
 	})
 }
 
-// WithName names the limiter in decisions, logs and metric labels. Keep
-// names few (one per limiter, such as "partner-api"), never one per caller
-// key. Default: the policy's short form, such as "gcra:10/1s:1" or
-// "conc:3/30s".
+// WithName names the limiter: in decisions, logs and metric labels, and,
+// for a Limiter, in its Redis keys, which then hold its state under its
+// name and algorithm rather than its policy. A named Limiter's policy can
+// change, in code or live through a [PolicyStore], and keep what was
+// consumed; it reads the policies stored for its name (see PolicyStore).
+// Limiters of one name in several processes share their state. Keep names
+// few (one per limiter, such as "partner-api"), never one per caller key;
+// a name holds no '{', '}' or '@'. Default: the policy's short form, such
+// as "gcra:10/1s:1" or "conc:3/30s", and keys under the policy.
 func WithName(name string) Option {
 	return optionFunc(func(c *config) error {
 		if name == "" {

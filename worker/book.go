@@ -38,7 +38,7 @@ type Booking struct {
 // ErrThrottled. Errors of the limiters are returned as they are.
 //
 // A task under several TokenBucket or GCRA rules, or under one that shares
-// its limit fairly (FairBy), books nothing: its turn is decided among the
+// its limit fairly (FairBy) or whose limiter is named, books nothing: its turn is decided among the
 // tasks waiting for those rules when it runs, in their shared order (see
 // the package documentation), which paces it. Book returns now for it, so
 // such a batch is enqueued at once and waits there.

@@ -36,9 +36,12 @@
 //     ms). It starts at its slot; a task that comes late for it still starts
 //     no closer to the tasks before it than the rate allows.
 //   - Under several TokenBucket or GCRA rules (per tenant and overall, say),
-//     or one that shares its limit fairly ([FairBy]), the task waits in the
-//     waiting room of one of them: the FairBy rule, or else the second
-//     matching one (typically the overall rule). The dispatcher lets waiters
+//     or one that shares its limit fairly ([FairBy]), or one whose limiter
+//     is named (its policy may change while tasks wait: throttle.WithName),
+//     the task waits in the waiting room of one of them: the FairBy rule,
+//     the named one, or else the second matching one (typically the overall
+//     rule). Waiters are let out at the policy in force when their turn
+//     comes, so a limit raised live speeds up the backlog already waiting. The dispatcher lets waiters
 //     out one by one as that rule's rate allows, in fair order between
 //     flows (by default a waiter's flow is its key in the first rule, its
 //     tenant, say; [Weights] weighs them), books their slot at the same
@@ -83,6 +86,16 @@
 // learns of itself (a partner's 429) says to come back later: it travels
 // the same way, RetryAfter (at least a second) counting from its return,
 // and a task with no retries left is handed over rather than archived.
+//
+// # What rules see, and what tasks cost
+//
+// Matchers and key functions get the handler's context: [Queue] matches
+// and [ByQueue] keys by the task's asynq queue ([QueueOf]). A rate rule may
+// count a task as several units ([Cost]), as AllowN does: a task waits
+// until its units fit, a waiting room shares units fairly between flows,
+// and a task whose cost the policy can never admit fails without retries
+// (throttle.ErrExceedsLimit). Plans per tenant are the limiter's
+// (throttle.WithPlan, chosen by the rule's key).
 //
 // # Concurrency caps
 //

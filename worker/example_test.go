@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -67,4 +68,28 @@ func Example() {
 	// synced {"tenant":"acme","n":1}
 	// synced {"tenant":"acme","n":2}
 	// synced {"tenant":"acme","n":3}
+}
+
+// Rules by queue and by cost: the "bulk" queue shares 100 units a minute,
+// and an export task costs as many units as the pages it asks for.
+func ExampleCost() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	bulk, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerMinute(100), Burst: 20}, throttle.WithName("bulk"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pages := func(ctx context.Context, t *asynq.Task) (int, error) {
+		var p struct{ Pages int }
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return 0, err
+		}
+		return max(1, p.Pages), nil
+	}
+	_, err = worker.New(rdb, []worker.Rule{
+		worker.Rate("bulk", worker.Queue("bulk"), bulk, worker.KeyBy(worker.ByQueue()), worker.Cost(pages)),
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
 }

@@ -33,8 +33,10 @@ type Rule struct {
 // inline wait books its slot for later (up to [BookAhead]) and is brought
 // back to the head of its queue at it: rescheduled tasks return one by one
 // at the rate. A task under several such rules, or under one with
-// [FairBy], waits for its turn in the waiting room of one of them instead
-// (see the package documentation). With the other policies a throttled
+// [FairBy], or under one whose limiter is named (throttle.WithName: its
+// policy may change while tasks wait), waits for its turn in the waiting
+// room of one of them instead, released at the policy in force (see the
+// package documentation). With the other policies a throttled
 // task returns after the limiter's RetryAfter, spread by a random jitter
 // of up to that much again (at least 1 s, at most 30 s).
 func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
