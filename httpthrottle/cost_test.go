@@ -5,13 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/httpthrottle"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
@@ -84,27 +84,12 @@ func TestRequestCostsAreCountedInUnits(t *testing.T) {
 		t.Fatalf("the partner got %d requests, want 40", got)
 	}
 	seen.mu.Lock()
-	type slot struct {
-		at    time.Time
-		units int
-	}
-	var booked []slot
+	var booked []asynqtest.Admission
 	for i := range seen.slots {
-		booked = append(booked, slot{seen.slots[i], seen.units[i]})
+		booked = append(booked, asynqtest.Admission{At: seen.slots[i], Units: seen.units[i]})
 	}
 	seen.mu.Unlock()
-	sortSlots := func(a, b slot) int { return a.at.Compare(b.at) }
-	slices.SortFunc(booked, sortSlots)
-	for i := range booked {
-		sum := 0
-		for j := i; j < len(booked); j++ {
-			sum += booked[j].units
-			span := booked[j].at.Sub(booked[i].at)
-			if allowed := 4 + int(span*20/time.Second); sum > allowed {
-				t.Fatalf("%d units booked within %s on the Redis clock; 20/s with a burst of 4 allows %d", sum, span, allowed)
-			}
-		}
-	}
+	asynqtest.CheckMeterUnits(t, booked, throttle.PerSecond(20), 4)
 	if err := send("5"); !errors.Is(err, throttle.ErrExceedsLimit) {
 		t.Errorf("a request of 5 units under a burst of 4: %v, want ErrExceedsLimit", err)
 	}

@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,12 +122,8 @@ func (lv *live) install(ctx context.Context, c *conn, next *liveSet, fields map[
 		lv.reported = map[string]string{}
 	}
 	for field, text := range fields {
-		var caller string
-		switch {
-		case field == storedAll:
-		case strings.HasPrefix(field, storedKey):
-			caller = field[len(storedKey):]
-		default:
+		caller, ok := storedCaller(field)
+		if !ok {
 			continue
 		}
 		sp, err := compileStored(text, lv.kind)

@@ -154,12 +154,8 @@ func readStored(name string, fields map[string]string) StoredPolicies {
 	st := StoredPolicies{Name: name, Keys: map[string]Policy{}, Kind: fields[storedKind]}
 	fmt.Sscan(fields[storedVersion], &st.Version)
 	for field, text := range fields {
-		var caller string
-		switch {
-		case field == storedAll:
-		case strings.HasPrefix(field, storedKey):
-			caller = field[len(storedKey):]
-		default:
+		caller, ok := storedCaller(field)
+		if !ok {
 			continue
 		}
 		p, err := ParsePolicy(text)
@@ -180,6 +176,15 @@ func readStored(name string, fields map[string]string) StoredPolicies {
 		}
 	}
 	return st
+}
+
+// storedCaller reads a field of a stored policy hash: a policy for every
+// caller key (caller ""), or for one; ok is false for other fields.
+func storedCaller(field string) (caller string, ok bool) {
+	if field == storedAll {
+		return "", true
+	}
+	return strings.CutPrefix(field, storedKey)
 }
 
 // storedField returns the hash field of a stored policy.

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -69,26 +68,12 @@ func TestTaskCostsAreCountedInUnits(t *testing.T) {
 	}
 
 	// Units on the Redis clock.
-	type admission struct {
-		at    time.Time
-		units int
-	}
 	slots := seen.Slots()
-	var admitted []admission
+	var admitted []asynqtest.Admission
 	for _, r := range runs {
-		admitted = append(admitted, admission{slots[r.TaskID], unitsOf[r.ID]})
+		admitted = append(admitted, asynqtest.Admission{At: slots[r.TaskID], Units: unitsOf[r.ID]})
 	}
-	slices.SortFunc(admitted, func(a, b admission) int { return a.at.Compare(b.at) })
-	for i := range admitted {
-		sum := 0
-		for j := i; j < len(admitted); j++ {
-			sum += admitted[j].units
-			span := admitted[j].at.Sub(admitted[i].at)
-			if allowed := 4 + int(span*20/time.Second); sum > allowed {
-				t.Fatalf("%d units admitted within %s on the Redis clock; 20/s with a burst of 4 allows %d", sum, span, allowed)
-			}
-		}
-	}
+	asynqtest.CheckMeterUnits(t, admitted, throttle.PerSecond(20), 4)
 	// Fair shares in units while both had a backlog: until the big
 	// tenant's last run.
 	byTenant := map[string][]asynqtest.Run{}

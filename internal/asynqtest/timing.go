@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
@@ -155,4 +156,29 @@ func CheckHeld(t testing.TB, runs []Run, slots map[string]time.Time, offset, w t
 	t.Logf("figures: %d runs, most admissions in any %s: %d (limit %d); start after admission: least %s, median %s, p99 %s, most %s",
 		len(runs), w, MostInAnyTimeWindow(admitted, w), most, least.Round(time.Microsecond), median.Round(time.Microsecond),
 		p99.Round(time.Microsecond), longest.Round(time.Microsecond))
+}
+
+// Admission is units admitted at an instant on the Redis clock.
+type Admission struct {
+	At    time.Time
+	Units int
+}
+
+// CheckMeterUnits fails the test when, from one admission to another, more
+// units were admitted than a meter of rate and burst allows: burst plus
+// rate times the span between them, on the Redis clock, where the limiter
+// decided. It sorts admitted.
+func CheckMeterUnits(t testing.TB, admitted []Admission, rate throttle.Rate, burst int) {
+	t.Helper()
+	slices.SortFunc(admitted, func(a, b Admission) int { return a.At.Compare(b.At) })
+	for i := range admitted {
+		sum := 0
+		for j := i; j < len(admitted); j++ {
+			sum += admitted[j].Units
+			span := admitted[j].At.Sub(admitted[i].At)
+			if allowed := burst + int(span*time.Duration(rate.N)/rate.Per); sum > allowed {
+				t.Fatalf("%d units admitted within %s on the Redis clock; %s with a burst of %d allows %d", sum, span, rate, burst, allowed)
+			}
+		}
+	}
 }
