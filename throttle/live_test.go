@@ -175,14 +175,14 @@ func TestStoredPolicyRefusals(t *testing.T) {
 	}
 }
 
-// TestPlansChooseThePolicyPerKey: one limiter, tenants on two plans, at one
-// instant on the Redis clock; a plan of another algorithm is refused, and
-// a policy stored for a key takes precedence over its plan.
+// TestPlansChooseThePolicyPerKey: one limiter, tenants on two plans (rates
+// per minute, so that nothing refills while the test runs); a plan of
+// another algorithm is refused, and a policy stored for a key takes
+// precedence over its plan.
 func TestPlansChooseThePolicyPerKey(t *testing.T) {
-	tg := redistest.Embedded(t)
-	tg.Clock(t)
+	tg := redistest.New(t)
 	ctx := context.Background()
-	pro := throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 50}
+	pro := throttle.GCRA{Rate: throttle.PerMinute(50), Burst: 50}
 	plan := func(_ context.Context, key string) throttle.Policy {
 		switch {
 		case strings.HasPrefix(key, "pro-"):
@@ -192,7 +192,7 @@ func TestPlansChooseThePolicyPerKey(t *testing.T) {
 		}
 		return nil // the limiter's own: the free plan
 	}
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5},
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerMinute(5), Burst: 5},
 		throttle.WithName("api"), throttle.WithPlan(plan))
 	if got := drain(t, l, "free-1"); got != 5 {
 		t.Errorf("free plan admitted %d at once, want 5", got)
@@ -213,7 +213,7 @@ func TestPlansChooseThePolicyPerKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Set(ctx, "api", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, "pro-3"); err != nil {
+	if err := store.Set(ctx, "api", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1}, "pro-3"); err != nil {
 		t.Fatal(err)
 	}
 	throttle.ForgetPolicyRead(l)
