@@ -33,6 +33,7 @@ type live struct {
 
 	mu       sync.Mutex        // one synchronous read at a time; guards below
 	reported map[string]string // field -> text last reported unreadable
+	warned   time.Time         // when a failed read was last logged
 }
 
 // liveSet is one read of the stored policies.
@@ -103,8 +104,13 @@ func (lv *live) refresh(ctx context.Context, c *conn, old *liveSet) *liveSet {
 		return err
 	})
 	if err != nil {
-		c.cfg.log().LogAttrs(ctx, slog.LevelWarn, "throttle: could not read the stored policies; keeping those in force",
-			slog.String("limiter", c.cfg.name), slog.Any("error", err))
+		// Logged at most once per outageLogEvery: during an outage every
+		// read fails.
+		if time.Since(lv.warned) >= outageLogEvery {
+			lv.warned = time.Now()
+			c.cfg.log().LogAttrs(ctx, slog.LevelWarn, "throttle: could not read the stored policies; keeping those in force",
+				slog.String("limiter", c.cfg.name), slog.Any("error", err))
+		}
 	} else if fields != nil {
 		lv.install(ctx, c, next, fields)
 	}
