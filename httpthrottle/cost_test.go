@@ -103,3 +103,53 @@ func TestRequestCostsAreCountedInUnits(t *testing.T) {
 		t.Errorf("the partner got %d requests, want 40: refused ones were sent", got)
 	}
 }
+
+// TestTransportPlans: one Transport, keyed by tenant, whose limiter gives
+// the tenant "pro" a burst of 10 a minute and the others 2 (a plan). Within
+// a short deadline the free tenant's third request and the pro tenant's
+// eleventh are refused without being sent.
+func TestTransportPlans(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	plan := throttle.WithPlan(func(_ context.Context, tenant string) throttle.Policy {
+		if tenant == "pro" {
+			return throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10}
+		}
+		return nil
+	})
+	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2}, throttle.WithPrefix(tg.Prefix), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTenant := func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }
+	transport, err := httpthrottle.NewTransport(limiter, httpthrottle.WithRequestKey(byTenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: transport}
+	sent := func(tenant string) int {
+		n := 0
+		for range 12 {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
+			req.Header.Set("X-Tenant", tenant)
+			resp, err := client.Do(req)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			n++
+		}
+		return n
+	}
+	if free, pro := sent("initech"), sent("pro"); free != 2 || pro != 10 {
+		t.Errorf("sent %d for the free tenant and %d for the pro one, want 2 and 10", free, pro)
+	}
+	if got := len(up.times()); got != 12 {
+		t.Errorf("the partner got %d requests, want 12", got)
+	}
+}
