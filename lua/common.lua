@@ -100,11 +100,23 @@ local function store_state(key, ttl_us, a, b, c, d)
   redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
 end
 
+-- changeable reports whether key belongs to a named limiter, whose policy
+-- may change while its state lives: its name and algorithm ("name@gcra")
+-- come before the hash tag. Its states record what measured them (the
+-- rate's interval, the window's length) so that another policy can convert
+-- them; a limiter without a name keeps its policy in its keys, and its
+-- states need not (they stay smaller).
+local function changeable(key)
+  local tag = string.find(key, '{', 1, true) or (#key + 1)
+  local at = string.find(key, '@', 1, true)
+  return at ~= nil and at < tag
+end
+
 -- Instants. The meters store one instant per key: a microsecond, plus a
--- remainder in ticks of 1/den microsecond, and the rate's interval that
--- measured it, num/den microseconds a unit: "<us>:<ticks>:<num>:<den>".
--- ("<us>" and "<us>:<ticks>", written before the interval was kept, are
--- read as measured by the policy reading them.) What an instant stands for
+-- remainder in ticks of 1/den microsecond, and, for a named limiter, the
+-- rate's interval that measured it, num/den microseconds a unit:
+-- "<us>:<ticks>:<num>:<den>" ("<us>" or "<us>:<ticks>" without a name,
+-- read as measured by the policy reading them). What an instant stands for
 -- does not depend on the policy: how many units are spoken for until it,
 -- (its distance from now in ticks) / num. A policy reading an instant
 -- measured by another converts it so: the units carry over, rounded up, and
@@ -143,7 +155,14 @@ end
 -- num/den, expiring when it comes.
 local function store_instant(key, now, ticks, num, den)
   local at, rest = instant_after(now, ticks, den)
-  store_state(key, math.max(1, ceil_div(ticks, den)), at, rest, num, den)
+  local ttl = math.max(1, ceil_div(ticks, den))
+  if changeable(key) then
+    store_state(key, ttl, at, rest, num, den)
+  elseif rest > 0 then
+    store_state(key, ttl, at, rest)
+  else
+    store_state(key, ttl, at)
+  end
 end
 
 -- Reservations (TokenBucket and GCRA). Both meters keep one instant, the

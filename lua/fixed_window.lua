@@ -1,7 +1,8 @@
 -- fixed_window.lua: at most limit units per window, windows aligned to the
 -- Unix epoch (a 1-minute window resets at every whole minute).
 --
--- KEYS[1]  state "<window index>:<count>:<window us>"; absent means nothing
+-- KEYS[1]  state "<window index>:<count>", and ":<window us>" for a named
+--          limiter (see common.lua's changeable); absent means nothing
 --          counted. Counted under another window length (a policy changed),
 --          the count carries over into the current window while the window
 --          it was counted in lasts.
@@ -26,6 +27,7 @@ local window = tonumber(ARGV[4])
 local taken_in = tonumber(ARGV[5])
 
 local now = server_now()
+local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local count = 0
 local state = load_state(KEYS[1])
@@ -34,7 +36,7 @@ if mode == MODE_CANCEL then
   -- Units taken in a window that has ended need no giving back.
   if state and state[1] == taken_in and state[1] >= index then
     count = math.max(0, state[2] - n)
-    store_state(KEYS[1], (taken_in + 1) * window - now, taken_in, count, window)
+    store_state(KEYS[1], (taken_in + 1) * window - now, taken_in, count, measured)
   end
   return {1, limit - count, 0, 0, now}
 end
@@ -67,7 +69,7 @@ if count + n > limit then
 end
 if mode ~= MODE_PEEK then
   count = count + n
-  store_state(KEYS[1], until_end, index, count, window)
+  store_state(KEYS[1], until_end, index, count, measured)
 end
 local reset_after = 0
 if count > 0 then

@@ -64,7 +64,15 @@ end
 if mode == 0 then -- take: the TAT moves to now + new_debt
   debt = new_debt
   local whole = math.floor(debt / den)
-  local value = string.format('%d:%d:%d:%d', now + whole, debt - whole * den, T, den)
+  local value = string.format('%d', now + whole)
+  local brace = string.find(KEYS[1], '{', 1, true) or (#KEYS[1] + 1)
+  local named = string.find(KEYS[1], '@', 1, true)
+  if named and named < brace then
+    -- a named limiter: the interval too (see common.lua's Instants)
+    value = string.format('%d:%d:%d:%d', now + whole, debt - whole * den, T, den)
+  elseif debt > whole * den then
+    value = value .. ':' .. string.format('%d', debt - whole * den)
+  end
   redis.call('SET', KEYS[1], value, 'PX', string.format('%d', math.max(1, math.ceil(debt / den / 1000))))
 end
 return {1, math.floor((tolerance - debt) / T), 0, math.ceil(debt / den), now}

@@ -2,9 +2,10 @@
 -- unit pours one drop into a bucket of the given capacity that leaks at the
 -- rate; a request that would overflow it is rejected whole, never queued.
 --
--- KEYS[1]  state "<level>:<last us>:<num>:<den>": the water level in ticks
---          of leak time at the instant of the last admission, and the rate
---          that measured it; absent means empty
+-- KEYS[1]  state "<level>:<last us>", and ":<num>:<den>", the rate that
+--          measured it, for a named limiter: the water level in ticks of
+--          leak time at the instant of the last admission; absent means
+--          empty
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
 --          admitted
 -- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing),
@@ -46,13 +47,18 @@ if state then
     end
   end
 end
+-- a named limiter's state records its rate (see common.lua's changeable)
+local measured_num, measured_den
+if changeable(KEYS[1]) then
+  measured_num, measured_den = num, den
+end
 local full = capacity * num
 local pour = n * num
 
 if mode == MODE_CANCEL then
   level = math.max(0, level - pour)
   if level > 0 then
-    store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, num, den)
+    store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, measured_num, measured_den)
   else
     redis.call('DEL', KEYS[1])
   end
@@ -69,6 +75,6 @@ if level + pour > full then
 end
 if mode ~= MODE_PEEK then
   level = level + pour
-  store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, num, den)
+  store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, measured_num, measured_den)
 end
 return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}

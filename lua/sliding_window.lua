@@ -2,8 +2,8 @@
 -- The previous window's count is weighted by how much of it still overlaps
 -- the sliding window: estimate = prev * (window - elapsed) / window + cur.
 --
--- KEYS[1]  state "<window index>:<previous count>:<current count>:<window
---          us>". Counted under another window length (a policy changed),
+-- KEYS[1]  state "<window index>:<previous count>:<current count>", and
+--          ":<window us>" for a named limiter (see common.lua's changeable). Counted under another window length (a policy changed),
 --          the old estimate of the units in the sliding window carries over
 --          into the current window.
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
@@ -32,6 +32,7 @@ local taken_in = tonumber(ARGV[6])
 local W = window / unit
 
 local now = server_now()
+local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local prev, cur = 0, 0
 local state = load_state(KEYS[1])
@@ -71,7 +72,7 @@ if mode == MODE_CANCEL then
     elseif w == taken_in + 1 then
       p = math.max(0, p - n)
     end
-    store_state(KEYS[1], (w + 2) * window - now, w, p, c, window)
+    store_state(KEYS[1], (w + 2) * window - now, w, p, c, measured)
   end
   return {1, 0, 0, 0, now}
 end
@@ -109,7 +110,7 @@ end
 
 if mode ~= MODE_PEEK then
   cur = cur + n
-  store_state(KEYS[1], start + 2 * window - now, index, prev, cur, window)
+  store_state(KEYS[1], start + 2 * window - now, index, prev, cur, measured)
 end
 local reset_after = 0
 if cur > 0 then

@@ -65,7 +65,15 @@ if mode == 0 then -- take: the bucket is full again missing ticks later
   tokens = tokens - cost
   missing = missing + cost
   local whole = math.floor(missing / den)
-  local value = string.format('%d:%d:%d:%d', now + whole, missing - whole * den, num, den)
+  local value = string.format('%d', now + whole)
+  local brace = string.find(KEYS[1], '{', 1, true) or (#KEYS[1] + 1)
+  local named = string.find(KEYS[1], '@', 1, true)
+  if named and named < brace then
+    -- a named limiter: the interval too (see common.lua's Instants)
+    value = string.format('%d:%d:%d:%d', now + whole, missing - whole * den, num, den)
+  elseif missing > whole * den then
+    value = value .. ':' .. string.format('%d', missing - whole * den)
+  end
   redis.call('SET', KEYS[1], value, 'PX', string.format('%d', math.max(1, math.ceil(missing / den / 1000))))
 end
 return {1, math.floor(tokens / num), 0, math.ceil(missing / den), now}

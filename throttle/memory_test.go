@@ -36,17 +36,24 @@ func TestMemoryPerKey(t *testing.T) {
 		fills      []int // units admitted before measuring
 		bound      int64
 		inAddition string
+		name       string // a named limiter's: its states record their interval or window
 	}{
-		{throttle.FixedWindow{Limit: 10, Window: time.Minute}, []int{1, 10}, 104 + 16, ""},
-		{throttle.SlidingWindow{Limit: 10, Window: time.Minute}, []int{1, 9, 10}, 120 + 16, ""},
-		{throttle.TokenBucket{Rate: rate, Burst: 10}, []int{1, 10}, 88 + 16, ""},
-		{throttle.LeakyBucket{Rate: rate, Capacity: 10}, []int{1, 10}, 120 + 16, ""},
-		{throttle.GCRA{Rate: rate, Burst: 10}, []int{1, 10}, 88 + 16, ""},
-		{throttle.GCRA{Rate: throttle.Rate{N: 7, Per: 1500 * time.Microsecond}, Burst: 10}, []int{1, 10}, 120 + 16, " (an interval of 214 2/7 µs: a remainder is kept)"},
-		{throttle.SlidingLog{Limit: 10, Window: time.Minute}, []int{10}, 408 + 16, ""},
+		{throttle.FixedWindow{Limit: 10, Window: time.Minute}, []int{1, 10}, 104 + 16, "", ""},
+		{throttle.SlidingWindow{Limit: 10, Window: time.Minute}, []int{1, 9, 10}, 120 + 16, "", ""},
+		{throttle.TokenBucket{Rate: rate, Burst: 10}, []int{1, 10}, 88 + 16, "", ""},
+		{throttle.LeakyBucket{Rate: rate, Capacity: 10}, []int{1, 10}, 120 + 16, "", ""},
+		{throttle.GCRA{Rate: rate, Burst: 10}, []int{1, 10}, 88 + 16, "", ""},
+		{throttle.GCRA{Rate: throttle.Rate{N: 7, Per: 1500 * time.Microsecond}, Burst: 10}, []int{1, 10}, 120 + 16, " (an interval of 214 2/7 µs: a remainder is kept)", ""},
+		{throttle.SlidingLog{Limit: 10, Window: time.Minute}, []int{10}, 408 + 16, "", ""},
+		{throttle.GCRA{Rate: rate, Burst: 10}, []int{1, 10}, 120 + 16, ", named \"partner\"", "partner"},
+		{throttle.FixedWindow{Limit: 10, Window: time.Minute}, []int{1, 10}, 120 + 16, ", named \"partner\"", "partner"},
 	} {
 		// The last 9 bytes of the test's prefix: random, ending in ':'.
-		l, err := throttle.New(tg.Client, tc.policy, throttle.WithPrefix(tg.Prefix[len(tg.Prefix)-9:]))
+		opts := []throttle.Option{throttle.WithPrefix(tg.Prefix[len(tg.Prefix)-9:])}
+		if tc.name != "" {
+			opts = append(opts, throttle.WithName(tc.name))
+		}
+		l, err := throttle.New(tg.Client, tc.policy, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

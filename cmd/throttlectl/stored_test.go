@@ -12,11 +12,12 @@ import (
 // TestSetGetUnset: an operator stores a named limiter's policy and one
 // caller key's, reads them back (table and --json), and removes them; what
 // cannot apply is refused with exit status 2 and stores nothing; a running
-// limiter of that name applies what was stored.
+// limiter of that name applies what was stored. Rates are per hour, so
+// that the key's state outlives the test's runs of the binary.
 func TestSetGetUnset(t *testing.T) {
 	c := newCLI(t)
 	ctx := context.Background()
-	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10},
+	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
 		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
 	if err != nil {
 		t.Fatal(err)
@@ -25,35 +26,35 @@ func TestSetGetUnset(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := c.ok("set", "partner-api", "gcra:20/1m:20")
-	if !strings.Contains(r.stdout, "gcra:20/1m:20") || !strings.Contains(r.stdout, "within a second") {
+	r := c.ok("set", "partner-api", "gcra:20/1h:20")
+	if !strings.Contains(r.stdout, "gcra:20/1h:20") || !strings.Contains(r.stdout, "within a second") {
 		t.Errorf("set shows: %v", r)
 	}
-	c.ok("set", "--key", "vip", "partner-api", "gcra:50/1m:50")
+	c.ok("set", "--key", "vip", "partner-api", "gcra:50/1h:50")
 	var got jsonStored
 	c.okJSON(&got, "get", "partner-api")
-	if got.Limiter != "partner-api" || got.Algorithm != "gcra" || got.Policy != "gcra:20/1m:20" ||
-		got.Keys["vip"] != "gcra:50/1m:50" || len(got.Keys) != 1 || got.Version != 2 {
+	if got.Limiter != "partner-api" || got.Algorithm != "gcra" || got.Policy != "gcra:20/1h:20" ||
+		got.Keys["vip"] != "gcra:50/1h:50" || len(got.Keys) != 1 || got.Version != 2 {
 		t.Errorf("get --json = %+v", got)
 	}
 	// A process starting now reads the store before its first decision.
-	fresh, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10},
+	fresh, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
 		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := fresh.PolicyFor(ctx, "vip"); err != nil || p.String() != "gcra:50/1m:50" {
+	if p, err := fresh.PolicyFor(ctx, "vip"); err != nil || p.String() != "gcra:50/1h:50" {
 		t.Errorf("the limiter applies %v, %v for vip; want gcra:50/1s:50", p, err)
 	}
 
 	// peek finds the named limiter's key with the stored policy.
 	var peeked jsonState
 	c.okJSON(&peeked, "peek", "--name", "partner-api", "tenant-1")
-	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1m:20" || peeked.Limit != 20 || peeked.Remaining != 19 {
+	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1h:20" || peeked.Limit != 20 || peeked.Remaining != 19 {
 		t.Errorf("peek --name = %+v", peeked)
 	}
 	c.okJSON(&peeked, "peek", l.Key("tenant-1"))
-	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1m:20" {
+	if peeked.Limiter != "partner-api" || peeked.Policy != "gcra:20/1h:20" {
 		t.Errorf("peek of the Redis key = %+v", peeked)
 	}
 
@@ -79,8 +80,8 @@ func TestSetGetUnset(t *testing.T) {
 	}
 	// With nothing stored, peek needs the policy in code.
 	fails(t, c.run("peek", "--name", "partner-api", "tenant-1"), 2, "--policy")
-	c.okJSON(&peeked, "peek", "--name", "partner-api", "--policy", "gcra:10/1m:10", "tenant-1")
-	if peeked.Policy != "gcra:10/1m:10" || peeked.Limit != 10 {
+	c.okJSON(&peeked, "peek", "--name", "partner-api", "--policy", "gcra:10/1h:10", "tenant-1")
+	if peeked.Policy != "gcra:10/1h:10" || peeked.Limit != 10 {
 		t.Errorf("peek --name --policy = %+v", peeked)
 	}
 }
