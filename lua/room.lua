@@ -16,8 +16,9 @@
 -- KEYS[1]  the planned instant of the meter key (see common.lua)
 -- KEYS[2]  the room: sorted set of waiter IDs by start tag
 -- KEYS[3]  the waiters: hash of waiter ID ->
---          "<eligible us>|<tag>|<units>|<flow length>|<flow><payload>" while
---          waiting (units: what its start takes of the meter)
+--          "<eligible us>|<tag>|u<units>|<flow length>|<flow><payload>"
+--          while waiting (units: what its start takes of the meter; a
+--          waiter written without "u<units>|" takes 1)
 --          (the tag is kept here too: a sorted set's score comes back
 --          written as a float, which not every Lua reads back),
 --          "=<end us>:<end ticks>:<slot us>|..." once released (the
@@ -126,17 +127,21 @@ local function parse(info)
   local eligible = tonumber(string.sub(info, 1, bar - 1))
   local bar2 = string.find(info, '|', bar + 1, true)
   local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
+  local units = 1
+  if string.sub(info, bar2 + 1, bar2 + 1) == 'u' then
+    local bar3 = string.find(info, '|', bar2 + 1, true)
+    units = tonumber(string.sub(info, bar2 + 2, bar3 - 1))
+    bar2 = bar3
+  end
   local bar3 = string.find(info, '|', bar2 + 1, true)
-  local units = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
-  local bar4 = string.find(info, '|', bar3 + 1, true)
-  local length = tonumber(string.sub(info, bar3 + 1, bar4 - 1))
-  local flow = string.sub(info, bar4 + 1, bar4 + length)
-  return eligible, flow, string.sub(info, bar4 + length + 1), tag, units
+  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local flow = string.sub(info, bar3 + 1, bar3 + length)
+  return eligible, flow, string.sub(info, bar3 + length + 1), tag, units
 end
 
 -- waiting_info writes a waiting waiter's info.
 local function waiting_info(eligible, tag, units, flow, payload)
-  return int(eligible) .. '|' .. int(tag) .. '|' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
+  return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
 end
 
 if mode == 0 then

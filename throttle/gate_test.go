@@ -9,6 +9,7 @@ import (
 	workergate "github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
 )
 
 // startOn is workergate.StartOn, failing the test on an error.
@@ -351,5 +352,53 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	releaseAll("after the hold", func(i int) string { return fmt.Sprintf("heavy-%03d", i) }, 300)
 	if rel, err := workergate.Release(ctx, l, "all", 1, time.Second); err != nil || rel.OK || !rel.Due.IsZero() {
 		t.Fatalf("Release of an empty room: %+v, %v; want none", rel, err)
+	}
+}
+
+// TestRoomReleasesUnitsInOrder: on GCRA 10/s burst 3, a waiter whose start
+// takes 3 units keeps its turn until they fit and is released with them
+// reserved; a waiter written before waiters had units (an earlier
+// version's room) is read as taking 1.
+func TestRoomReleasesUnitsInOrder(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 3})
+	ctx := context.Background()
+	if _, err := workergate.EnterRoom(ctx, l, "all", "big", "f", 0, 3, 0, "b"); err != nil {
+		t.Fatal(err)
+	}
+	old := fmt.Sprintf("%d|%d|%d|%s%s", clock.Now().UnixMicro(), 0, 1, "f", "o") // tag 0: first
+	if err := tg.Client.HSet(ctx, l.Key("all")+":waiters", "old", old).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Client.ZAdd(ctx, l.Key("all")+":room", redis.Z{Score: 0, Member: "old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond)
+	if err != nil || !first.OK || first.Waiter != "old" || first.N != 1 || first.Payload != "o" || first.Flow != "f" {
+		t.Fatalf("first release: %+v, %v; want the earlier version's waiter, taking 1 unit", first, err)
+	}
+	// The 3 units fit the burst once the first unit's interval has passed:
+	// released 50 ms ahead of that, not sooner.
+	if early, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond); err != nil || early.OK {
+		t.Fatalf("a release 100ms before the 3 units fit: %+v, %v; want none (the waiter keeps its turn)", early, err)
+	}
+	clock.Advance(50 * time.Millisecond)
+	second, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond)
+	if err != nil || !second.OK || second.Waiter != "big" || second.N != 3 {
+		t.Fatalf("second release: %+v, %v; want the waiter of 3 units", second, err)
+	}
+	if got := second.Slot.Sub(first.Slot); got != 100*time.Millisecond {
+		t.Errorf("the 3-unit waiter starts %s after the first, want 100ms", got)
+	}
+	// Its 3 units fill the burst: the next unit waits an interval (after
+	// a 1-unit start it would not wait at all).
+	if _, err := workergate.EnterRoom(ctx, l, "all", "next", "f", 0, 1, 0, "n"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(second.Slot.Sub(clock.Now()) + 50*time.Millisecond)
+	third, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond)
+	if err != nil || !third.OK || third.Slot.Sub(second.Slot) != 100*time.Millisecond {
+		t.Fatalf("third release: %+v, %v; want a start an interval after the 3-unit one", third, err)
 	}
 }

@@ -219,7 +219,10 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 		t.noteAnswer()
 		parts := strings.Split(rel.Payload, "\x1f")
 		if len(parts) < 2 || (len(parts)-2)%3 != 0 {
-			_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter) // not ours to read
+			// Not ours to read (or written by an earlier version, whose
+			// along meters came in pairs): the task comes back through
+			// asynq's own retry.
+			_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter)
 			continue
 		}
 		queue, id := parts[0], parts[1]
