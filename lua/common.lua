@@ -129,12 +129,13 @@ local function convert_ticks(ticks, onum, num)
   return math.min(math.ceil(ticks * num / onum), 4503599627370496)
 end
 
--- ticks_until returns how many ticks of den (units of num ticks) from now
--- until the instant stored at key; 0 when it is absent or has passed.
-local function ticks_until(key, now, num, den)
+-- signed_ticks returns how many ticks of den (units of num ticks) from now
+-- the instant stored at key lies, negative when it has passed; nil when the
+-- key is absent.
+local function signed_ticks(key, now, num, den)
   local at = load_state(key)
-  if not at or at[1] < now then
-    return 0
+  if not at then
+    return nil
   end
   local onum, oden = at[3] or num, at[4] or den
   local ticks = (at[1] - now) * oden + (at[2] or 0)
@@ -142,6 +143,12 @@ local function ticks_until(key, now, num, den)
     return convert_ticks(ticks, onum, num)
   end
   return ticks
+end
+
+-- ticks_until returns how many ticks of den (units of num ticks) from now
+-- until the instant stored at key; 0 when it is absent or has passed.
+local function ticks_until(key, now, num, den)
+  return math.max(0, signed_ticks(key, now, num, den) or 0)
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a

@@ -67,21 +67,6 @@ local now = server_now()
 local tolerance = burst * per_unit
 local cost = n * per_unit
 
--- signed_ticks returns how many ticks from now the instant at key lies,
--- negative when it has passed; nil when the key is absent.
-local function signed_ticks(key)
-  local at = load_state(key)
-  if not at then
-    return nil
-  end
-  local onum, oden = at[3] or per_unit, at[4] or den
-  local ticks = (at[1] - now) * oden + (at[2] or 0)
-  if onum ~= per_unit or oden ~= den then
-    return convert_ticks(ticks, onum, per_unit)
-  end
-  return ticks
-end
-
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
 local function wait_again(waiting)
@@ -109,7 +94,7 @@ local at, grace = tonumber(ARGV[8]), tonumber(ARGV[10])
 -- record moves the starts instant past a start at slot (ticks from now);
 -- a start recorded after a later one leaves it where it is.
 local function record(slot)
-  local starts = math.max(signed_ticks(KEYS[2]) or slot, slot + cost)
+  local starts = math.max(signed_ticks(KEYS[2], now, per_unit, den) or slot, slot + cost)
   if starts > 0 then
     store_instant(KEYS[2], now, starts, per_unit, den)
   end
@@ -163,12 +148,12 @@ end
 
 -- No capacity held (or held for another instant, which is given back):
 -- take room there is at the instant, or at the meter's next start.
-local planned = signed_ticks(KEYS[1])
+local planned = signed_ticks(KEYS[1], now, per_unit, den)
 local debt = math.max(planned or 0, 0)
 if held then
   local ticket = load_state(KEYS[4])
   cancel(KEYS[1], KEYS[4], now, debt, cost, tolerance, per_unit, den, ticket[1], ticket[2])
-  planned = signed_ticks(KEYS[1])
+  planned = signed_ticks(KEYS[1], now, per_unit, den)
 end
 local free = -2 ^ 52 -- the soonest start the planned meter admits, ticks
 if planned then

@@ -155,6 +155,12 @@ func isTimeout(err error) bool {
 // caller gave up; ErrRefused with the cause for an answer of Redis that
 // will not change by itself; ErrUnavailable with the cause otherwise.
 func (c *conn) unavailable(ctx context.Context, err error) error {
+	return redisFailure(ctx, err)
+}
+
+// redisFailure wraps a failed exchange with Redis, as conn.unavailable
+// says.
+func redisFailure(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("throttle: %w", ctxErr)
 	}

@@ -23,9 +23,8 @@ var blockScript = redis.NewScript(lua.Source(lua.Block))
 // policy and reuse it. The zero Limiter is not usable: call [New].
 type Limiter struct {
 	conn
-	policy Policy
 	spec   spec       // the policy in code
-	id     string     // names the limiter in its keys (see keyID)
+	id     string     // names the limiter in its keys: name@kind, or the policy's short form
 	live   *live      // the stored policies; nil unless WithName
 	plans  sync.Map   // Policy -> *spec, the plans WithPlan chose
 	denied *denyCache // nil unless WithDenyCache
@@ -60,13 +59,12 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	sp := p.spec()
+	sp := compiled(p)
 	c, err := newConn(client, sp.id, opts)
 	if err != nil {
 		return nil, err
 	}
-	sp.policy, sp.form = p, p.String()
-	l := &Limiter{conn: c, policy: p, spec: sp, id: sp.id}
+	l := &Limiter{conn: c, spec: *sp, id: sp.id}
 	if c.cfg.named {
 		if err := validName(c.cfg.name); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
@@ -86,7 +84,7 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 // Policy returns the policy the Limiter was created with: the one in code,
 // applied when no plan (WithPlan) and no stored policy (PolicyStore) says
 // otherwise. PolicyFor says which applies to a key.
-func (l *Limiter) Policy() Policy { return l.policy }
+func (l *Limiter) Policy() Policy { return l.spec.policy }
 
 // PolicyFor returns the policy in force for key now: the one stored for
 // key, else the one stored for the limiter, else the plan's, else the one
@@ -115,7 +113,7 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 	if l.cfg.plan != nil {
 		p = l.cfg.plan(ctx, key)
 	}
-	if p == nil || p == l.policy {
+	if p == nil || p == l.spec.policy {
 		return &l.spec, nil
 	}
 	if sp, ok := l.plans.Load(p); ok {

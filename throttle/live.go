@@ -166,8 +166,8 @@ func compileStored(text, kind string) (*spec, error) {
 		return nil, err
 	}
 	sp := compiled(p)
-	if sp.kind != kind {
-		return nil, invalidPolicy("%q is %s, the limiter is %s", text, kindName(sp.kind), kindName(kind))
+	if err := ofKind(*sp, kind); err != nil {
+		return nil, err
 	}
 	return sp, nil
 }

@@ -158,7 +158,7 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	case l.spec.reservable:
 		extra = []string{itoa(sp.ticks(maxDelay)), itoa(sp.ticks(ticket.Grace)), itoa(sp.ticks(ticket.NotBefore)), itoa(ticket.at)}
 	case maxDelay > 0:
-		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.policy)
+		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.spec.policy)
 	default:
 		ticket = Ticket{}
 	}

@@ -96,17 +96,17 @@ func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey 
 	key := storedPolicyKey(s.prefix, name)
 	kind, err := s.client.HGet(ctx, key, storedKind).Result()
 	if err != nil && err != redis.Nil {
-		return s.failed(err)
+		return redisFailure(ctx, err)
 	}
-	if kind != "" && kind != sp.kind {
-		return fmt.Errorf("%w: the limiters named %q are %s, and %s keeps its state differently; name a new limiter to change the algorithm", ErrInvalidPolicy, name, kindName(kind), kindName(sp.kind))
+	if err := ofKind(sp, kind); err != nil {
+		return err
 	}
 	pipe := s.client.TxPipeline()
 	pipe.HSet(ctx, key, field, sp.id)
 	pipe.HSetNX(ctx, key, storedKind, sp.kind)
 	pipe.HIncrBy(ctx, key, storedVersion, 1)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return s.failed(err)
+		return redisFailure(ctx, err)
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func (s *PolicyStore) Unset(ctx context.Context, name string, callerKey ...strin
 	pipe.HDel(ctx, key, field)
 	pipe.HIncrBy(ctx, key, storedVersion, 1)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return s.failed(err)
+		return redisFailure(ctx, err)
 	}
 	return nil
 }
@@ -136,17 +136,9 @@ func (s *PolicyStore) Get(ctx context.Context, name string) (StoredPolicies, err
 	}
 	fields, err := s.client.HGetAll(ctx, storedPolicyKey(s.prefix, name)).Result()
 	if err != nil {
-		return StoredPolicies{}, s.failed(err)
+		return StoredPolicies{}, redisFailure(ctx, err)
 	}
 	return readStored(name, fields), nil
-}
-
-// failed wraps a failed exchange with Redis.
-func (s *PolicyStore) failed(err error) error {
-	if refused(err) {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // readStored reads a stored policy hash.
@@ -159,8 +151,8 @@ func readStored(name string, fields map[string]string) StoredPolicies {
 			continue
 		}
 		p, err := ParsePolicy(text)
-		if err == nil && st.Kind != "" && p.spec().kind != st.Kind {
-			err = fmt.Errorf("%w: %q is %s, the limiters named %q are %s", ErrInvalidPolicy, text, kindName(p.spec().kind), name, kindName(st.Kind))
+		if err == nil {
+			err = ofKind(p.spec(), st.Kind)
 		}
 		if err != nil {
 			if st.Invalid == nil {
@@ -219,6 +211,16 @@ func validName(name string) error {
 		return fmt.Errorf("%w: name %q must not contain '{', '}' or '@'", ErrInvalidKey, name)
 	}
 	return nil
+}
+
+// ofKind checks that a policy of spec sp may be stored for limiters of
+// the algorithm kind ("" when none has said which yet).
+func ofKind(sp spec, kind string) error {
+	if kind == "" || sp.kind == kind {
+		return nil
+	}
+	return invalidPolicy("%s is %s, and the limiters of this name are %s, which keep their state differently; name a new limiter to change the algorithm",
+		sp.id, kindName(sp.kind), kindName(kind))
 }
 
 // kindName names an algorithm by its short form.

@@ -180,10 +180,7 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map
 		if err != nil {
 			return found{}, err
 		}
-		id := info.Policy
-		if info.Name != "" {
-			id = info.Name + "@" + info.Algorithm
-		}
+		id := limiterID(info)
 		k := foundKey{id, info.Caller}
 		if seen[k] {
 			continue

@@ -44,18 +44,8 @@ func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 	case pf.name != "" && (pf.config != "" || pf.limiter != ""):
 		return target{}, usagef("%s: give --name, with --policy or without, or --config with --limiter, not both", a.command.name)
 	case pf.name != "":
-		var p policy
-		if pf.policy != "" {
-			var err error
-			if p, err = parsePolicy(pf.policy); err != nil {
-				return target{}, usagef("--policy: %v", err)
-			}
-			if p.rate == nil {
-				return target{}, usagef("--name: a concurrency cap has no name in its keys; give --policy alone")
-			}
-		}
-		p.name = pf.name
-		return target{p, operand}, nil
+		p, err := namedPolicy(pf.name, pf.policy)
+		return target{p, operand}, err
 	case pf.policy != "" && (pf.config != "" || pf.limiter != ""):
 		return target{}, usagef("%s: give --policy, or --config with --limiter, not both", a.command.name)
 	case pf.policy != "":
@@ -79,21 +69,42 @@ func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 		return target{}, usagef("%s %q: the caller key is stored by its hash (WithKeyHashing), which throttlectl cannot address", a.command.name, operand)
 	}
 	if info.Name != "" {
-		p := policy{name: info.Name}
-		if pf.policy != "" {
-			var err error
-			if p, err = parsePolicy(pf.policy); err != nil {
-				return target{}, usagef("--policy: %v", err)
-			}
-			p.name = info.Name
-		}
-		return target{p, info.Caller}, nil
+		p, err := namedPolicy(info.Name, pf.policy)
+		return target{p, info.Caller}, err
 	}
 	p, err := parsePolicy(info.Policy)
 	if err != nil {
 		return target{}, usagef("%s %q: %v", a.command.name, operand, err)
 	}
 	return target{p, info.Caller}, nil
+}
+
+// namedPolicy is the policy of the limiter named name: the one --policy
+// gives (flag, its policy in code), or, when flag is "", the one stored
+// for it, looked up once connected (rate nil).
+func namedPolicy(name, flag string) (policy, error) {
+	p := policy{name: name}
+	if flag == "" {
+		return p, nil
+	}
+	p, err := parsePolicy(flag)
+	switch {
+	case err != nil:
+		return policy{}, usagef("--policy: %v", err)
+	case p.rate == nil:
+		return policy{}, usagef("--policy %s: a concurrency cap has no name in its keys; give --policy alone", flag)
+	}
+	p.name = name
+	return p, nil
+}
+
+// limiterID names a limiter as its keys do: its policy, or its name and
+// algorithm.
+func limiterID(info throttle.KeyInfo) string {
+	if info.Name != "" {
+		return info.Name + "@" + info.Algorithm
+	}
+	return info.Policy
 }
 
 // policyFromConfig reads the policy named limiter from the JSON file at

@@ -41,10 +41,7 @@ func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter
 	if err != nil {
 		return nil, fmt.Errorf("reading back the limiter's own key: %w", err)
 	}
-	l.id = info.Policy
-	if info.Name != "" {
-		l.id = info.Name + "@" + info.Algorithm
-	}
+	l.id = limiterID(info)
 	return l, nil
 }
 
