@@ -1,15 +1,15 @@
 module github.com/jobthrottle/jobthrottle
 
-go 1.26.0
+go 1.24.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/hibiken/asynq v0.26.0
-	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.3
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/go-redis/v9 v9.22.0
 	github.com/robfig/cron/v3 v3.0.1
-	golang.org/x/time v0.16.0
+	golang.org/x/time v0.14.0
 )
 
 require (
@@ -18,11 +18,12 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
-	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/prometheus/common v0.67.5 // indirect
+	github.com/prometheus/procfs v0.19.2 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.3 // indirect
+	golang.org/x/sys v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -66,7 +66,9 @@ func TestRequestCostsAreCountedInUnits(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range 10 {
 				units := "1"
 				if (g+i)%3 == 0 {
@@ -77,7 +79,7 @@ func TestRequestCostsAreCountedInUnits(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	if got := len(up.times()); got != 40 {

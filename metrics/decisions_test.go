@@ -181,7 +181,9 @@ func TestConcurrentObservers(t *testing.T) {
 	const goroutines, each = 16, 500
 	var wg sync.WaitGroup
 	for g := range goroutines {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range each {
 				outcome := throttle.Admitted
 				if i%2 == 1 {
@@ -190,7 +192,7 @@ func TestConcurrentObservers(t *testing.T) {
 				c.ObserveDecision(throttle.Decision{Limiter: "shared", Op: throttle.OpAllow, Key: string(rune('a' + g)), N: 1,
 					Outcome: outcome, Latency: time.Millisecond, Cached: outcome == throttle.Throttled})
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	compare(t, c, `

@@ -32,7 +32,9 @@ func hammer(l *throttle.Limiter, workers int, down func() bool, stop <-chan stru
 	var all []outcome
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			var mine []outcome
 			for i := 0; ; i++ {
 				select {
@@ -49,7 +51,7 @@ func hammer(l *throttle.Limiter, workers int, down func() bool, stop <-chan stru
 				o.took, o.allowed, o.degraded, o.err = time.Since(start), r.Allowed, r.Degraded, err
 				mine = append(mine, o)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	return all
@@ -256,7 +258,9 @@ func TestReliabilityScriptFlush(t *testing.T) {
 	var admitted, failed atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 12 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range 150 {
 				switch w % 3 {
 				case 0:
@@ -281,7 +285,7 @@ func TestReliabilityScriptFlush(t *testing.T) {
 					}
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(stop)
