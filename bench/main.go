@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -218,10 +219,14 @@ func run(addr string, perCell time.Duration, rounds int) error {
 }
 
 // scriptCall returns the SHA, keys and arguments of one GCRA decision on
-// the hot key (the layout lua/gcra.lua's header gives), with the script
+// the hot key (the layout lua/meter.lua's header gives), with the script
 // loaded, for redis-benchmark.
 func scriptCall(ctx context.Context, admin *redis.Client, l *throttle.Limiter) (string, []string, []string, error) {
-	sha, err := admin.ScriptLoad(ctx, lua.Source(lua.GCRA)).Result()
+	text, err := fs.ReadFile(lua.Scripts, "assembled/meter.lua")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	sha, err := admin.ScriptLoad(ctx, string(text)).Result()
 	if err != nil {
 		return "", nil, nil, err
 	}

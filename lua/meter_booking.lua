@@ -1,10 +1,10 @@
 -- meter_booking.lua: reservations and blocks for the two meters that keep
 -- one instant per key, TokenBucket (the instant the bucket is full again)
 -- and GCRA (the theoretical arrival time): the same arithmetic serves both.
--- Decisions, the hot path, stay in token_bucket.lua and gcra.lua, which
--- define none of these helpers.
+-- Decisions, the hot path, stay in meter.lua, which defines none of these
+-- helpers.
 --
--- KEYS[1]  the meter's instant, "<us>" or "<us>:<ticks>" (ticks of 1/den us)
+-- KEYS[1]  the meter's instant, as common.lua's Instants describe
 -- KEYS[2]  reserve and cancel: the caller's ticket, optional (see
 --          common.lua); block: the key's block, written for block.lua's
 --          queries (a block moves the instant, so decisions need not read

@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
-	"github.com/jobthrottle/jobthrottle/lua"
+	"github.com/jobthrottle/jobthrottle/internal/scripts"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
-var tickClaimScript = redis.NewScript(lua.Source(lua.TickClaim))
+var tickClaimScript = scripts.Load(scriptFiles, "lua/assembled/tick_claim.lua")
 
 // Claim modes of tick_claim.lua.
 const (

@@ -9,11 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-var concurrencyScript = redis.NewScript(lua.Source(lua.Concurrency))
+var concurrencyScript = limiterScript("concurrency")
 
 // Concurrency allows at most Limit holders of a key at once, across every
 // process sharing the Redis: a fleet-wide cap on work in flight, such as

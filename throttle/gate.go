@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
-	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,9 +15,9 @@ import (
 // part of the Limiter's own API.
 
 var (
-	meterStartScript = redis.NewScript(lua.Source(lua.MeterStart))
-	meterClaimScript = redis.NewScript(lua.Source(lua.MeterClaim))
-	roomScript       = redis.NewScript(lua.Source(lua.Room))
+	meterStartScript = limiterScript("meter_start")
+	meterClaimScript = limiterScript("meter_claim")
+	roomScript       = limiterScript("room")
 )
 
 // Suffixes of the keys the worker keeps beside a meter key's state, in its

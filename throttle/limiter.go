@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-var blockScript = redis.NewScript(lua.Source(lua.Block))
+var blockScript = limiterScript("block")
 
 // Limiter applies a [Policy] to any number of caller keys, keeping their
 // state in Redis so that every process sharing the Redis shares the limit.

@@ -3,15 +3,13 @@ package throttle
 import (
 	"fmt"
 
-	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
 
 var (
-	tokenBucketScript  = redis.NewScript(lua.Source(lua.TokenBucket))
-	leakyBucketScript  = redis.NewScript(lua.Source(lua.LeakyBucket))
-	gcraScript         = redis.NewScript(lua.Source(lua.GCRA))
-	meterBookingScript = redis.NewScript(lua.Source(lua.MeterBooking))
+	meterScript        = limiterScript("meter")
+	leakyBucketScript  = limiterScript("leaky_bucket")
+	meterBookingScript = limiterScript("meter_booking")
 )
 
 // TokenBucket holds up to Burst tokens and refills them continuously at
@@ -28,7 +26,7 @@ type TokenBucket struct {
 func (p TokenBucket) Validate() error { return validateMeter("TokenBucket", "Burst", p.Rate, p.Burst) }
 
 func (p TokenBucket) spec() spec {
-	s := meterSpec("tb", tokenBucketScript, p.Rate, p.Burst)
+	s := meterSpec("tb", meterScript, p.Rate, p.Burst)
 	s.reservable = true
 	return s
 }
@@ -64,7 +62,7 @@ type GCRA struct {
 func (p GCRA) Validate() error { return validateMeter("GCRA", "Burst", p.Rate, p.Burst) }
 
 func (p GCRA) spec() spec {
-	s := meterSpec("gcra", gcraScript, p.Rate, p.Burst)
+	s := meterSpec("gcra", meterScript, p.Rate, p.Burst)
 	s.reservable = true
 	return s
 }

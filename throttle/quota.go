@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jobthrottle/jobthrottle/lua"
-	"github.com/redis/go-redis/v9"
 )
 
-var quotaScript = redis.NewScript(lua.Source(lua.Quota))
+var quotaScript = limiterScript("quota")
 
 // Period is the calendar period of a [Quota].
 type Period int

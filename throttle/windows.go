@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
 )
 
 var (
-	fixedWindowScript   = redis.NewScript(lua.Source(lua.FixedWindow))
-	slidingLogScript    = redis.NewScript(lua.Source(lua.SlidingLog))
-	slidingWindowScript = redis.NewScript(lua.Source(lua.SlidingWindow))
+	fixedWindowScript   = limiterScript("fixed_window")
+	slidingLogScript    = limiterScript("sliding_log")
+	slidingWindowScript = limiterScript("sliding_window")
 )
 
 // FixedWindow admits at most Limit units per window, the windows aligned to

@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
-	"github.com/jobthrottle/jobthrottle/lua"
+	"github.com/jobthrottle/jobthrottle/internal/scripts"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
-var throttledTaskScript = redis.NewScript(lua.Source(lua.ThrottledTask))
+var throttledTaskScript = scripts.Load(scriptFiles, "lua/assembled/throttled_task.lua")
 
 // minCountRetention is the least time a task's throttle counts are kept
 // after its latest throttle.

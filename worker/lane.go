@@ -5,11 +5,10 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
-	"github.com/jobthrottle/jobthrottle/lua"
-	"github.com/redis/go-redis/v9"
+	"github.com/jobthrottle/jobthrottle/internal/scripts"
 )
 
-var laneScript = redis.NewScript(lua.Source(lua.Lane))
+var laneScript = scripts.Load(scriptFiles, "lua/assembled/lane.lua")
 
 // The return lane (see lane.lua): a task sent back is moved to the head of
 // its queue at its turn by the Throttler's dispatcher, and by asynq itself,

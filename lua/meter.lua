@@ -1,0 +1,42 @@
+-- meter.lua: the decisions of TokenBucket and GCRA, one script for both.
+-- Each keeps one instant per key: GCRA's theoretical arrival time of the
+-- next unit, and the instant a token bucket is full again. They are the same
+-- number: how far the instant lies ahead of now (the "debt") is the refill
+-- the bucket still owes, and GCRA's tolerance burst*T is the bucket's
+-- capacity. The two policies take the same decisions at the same rate and
+-- burst; they stay two names because users know both.
+--
+-- KEYS[1]  the instant, as common.lua's Instants describe; absent means a
+--          full bucket, no debt
+-- ARGV[1]  mode: 0 take n units, 1 peek (test for n units, write nothing);
+--          reservations and blocks go to meter_booking.lua
+-- ARGV[2]  n, units requested (1 <= n <= burst, checked by the caller)
+-- ARGV[3]  burst, how many units may arrive back to back (the bucket's
+--          capacity in tokens)
+-- ARGV[4]  num } one unit is num/den microseconds of the rate (GCRA's
+-- ARGV[5]  den }   emission interval T, a token's refill), in lowest terms
+-- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+--
+-- Time is counted in ticks of 1/den microsecond, so a unit is exactly num
+-- ticks and nothing is rounded. A request of n units conforms when
+-- debt + n*num <= burst*num (for GCRA: max(TAT, now) + n*T - burst*T <=
+-- now; for the bucket: n tokens are present); taking them moves the instant
+-- n*num ticks further. (A reservation may move it further still, see
+-- meter_booking.lua.)
+
+local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local burst, num, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local now = server_now()
+local debt = ticks_until(KEYS[1], now, num, den)
+local tolerance = burst * num
+local new_debt = debt + n * num
+
+if new_debt > tolerance then
+  return meter_reply(0, debt, tolerance, num, new_debt - tolerance, den, now)
+end
+if mode == MODE_TAKE then
+  debt = new_debt
+  store_instant(KEYS[1], now, debt, num, den)
+end
+return meter_reply(1, debt, tolerance, num, 0, den, now)
