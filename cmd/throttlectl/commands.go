@@ -3,12 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
-	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,7 +40,7 @@ func (a *app) withState(args []string, do func(context.Context, target, *limiter
 		return err
 	}
 	if !present {
-		return errNoState(t, l)
+		return a.errNoState(client, l, t.caller)
 	}
 	if err := do(ctx, t, l, s); err != nil {
 		return err
@@ -173,8 +171,8 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map
 	f := found{limiters: map[string]*limiter{}, scanned: len(keys)}
 	seen := map[foundKey]bool{}
 	for _, key := range keys {
-		info, err := throttle.ParseKey(a.prefix, key)
-		if errors.Is(err, throttle.ErrNotLimiterKey) {
+		info, err := parseKey(a.prefix, key)
+		if notLimiterKey(err) {
 			continue
 		}
 		if err != nil {
@@ -215,7 +213,7 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map
 // policyOf returns the policy of a scanned key's limiter: the one in the
 // key, or for a named limiter the one stored for it, else the one inCode
 // gives for its name; a named policy without rate when neither does.
-func (a *app) policyOf(client redis.UniversalClient, info throttle.KeyInfo, inCode map[string]string) (policy, error) {
+func (a *app) policyOf(client redis.UniversalClient, info keyInfo, inCode map[string]string) (policy, error) {
 	if info.Name == "" {
 		return parsePolicy(info.Policy)
 	}
@@ -228,7 +226,7 @@ func (a *app) policyOf(client redis.UniversalClient, info throttle.KeyInfo, inCo
 	}
 	p.rate = stored
 	if p.rate == nil && inCode[info.Name] != "" {
-		rate, err := throttle.ParsePolicy(inCode[info.Name])
+		rate, err := parseRatePolicy(inCode[info.Name])
 		if err != nil {
 			return policy{}, usagef("--config, limiter %q: %v", info.Name, err)
 		}
@@ -248,14 +246,16 @@ func (a *app) peekAll(f found) ([]state, error) {
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(peekers, len(f.keys)) {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range next {
 				ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 				k := f.keys[i]
 				states[i], errs[i] = f.limiters[k.policy].peek(ctx, k.caller)
 				cancel()
 			}
-		})
+		}()
 	}
 	for i := range f.keys {
 		next <- i

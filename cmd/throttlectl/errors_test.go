@@ -45,7 +45,14 @@ func TestThrottlectlBadInput(t *testing.T) {
 		{"zero timeout", []string{"top", "--timeout", "0s"}, exitUsage, "--timeout must be positive"},
 		{"address without port", []string{"--redis", "localhost", "top"}, exitUsage, `--redis "localhost": want host:port`},
 		{"bad port", []string{"--redis", "localhost:99999", "top"}, exitUsage, `bad port "99999"`},
-		{"bad seed", []string{"--cluster", "--redis", "127.0.0.1:7000,nowhere", "top"}, exitUsage, `--redis "nowhere"`},
+		{"bad seed", []string{"--cluster", "--redis", "127.0.0.1:7000,nowhere", "top"}, exitUsage, `seed "nowhere": want host:port`},
+		{"seeds without --cluster", []string{"--redis", "127.0.0.1:7000,127.0.0.1:7001", "top"}, exitUsage, "needs --cluster"},
+		{"bad URL port", []string{"--redis", "redis://ops:s3cret@127.0.0.1:bad", "top"}, exitUsage, `--redis "redis://ops:xxxxx@127.0.0.1:bad": bad URL: invalid port`},
+		{"bad URL scheme", []string{"--redis", "http://127.0.0.1:6379", "top"}, exitUsage, "invalid URL scheme: http"},
+		{"bad database", []string{"--redis", "redis://127.0.0.1:6379/zero", "top"}, exitUsage, "invalid database number"},
+		{"unknown URL option", []string{"--redis", "redis://127.0.0.1:6379?frob=1", "top"}, exitUsage, "unexpected option: frob"},
+		{"cluster URL with a database", []string{"--cluster", "--redis", "redis://127.0.0.1:7000/2", "top"}, exitUsage, "only database 0"},
+		{"cluster URLs with commas", []string{"--cluster", "--redis", "redis://127.0.0.1:7000,redis://127.0.0.1:7001", "top"}, exitUsage, "?addr=host:port"},
 		{"nobody listening", append([]string{"--redis", closed}, append(peek, "tenant-1")...), exitFailure, unreachable + closed},
 		{"nobody answering", []string{"--redis", silent, "--timeout", "300ms", "top"}, exitFailure, unreachable + silent},
 		{"prefix with a brace", []string{"--prefix", "a{b", "top"}, exitUsage, "--prefix"},
@@ -65,9 +72,9 @@ func TestThrottlectlBadInput(t *testing.T) {
 		{"unknown limiter", []string{"peek", "--config", config, "--limiter", "exports", "tenant-1"}, exitUsage, `has no limiter "exports" (it has ["broken" "tenant"])`},
 		{"bad policy in config", []string{"peek", "--config", config, "--limiter", "broken", "tenant-1"}, exitUsage, `limiter "broken": throttle: invalid policy`},
 		{"hashed Redis key", []string{"peek", hashed}, exitUsage, "stored by its hash"},
-		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for key "tenant-2"`},
-		{"no such key to reset", []string{"reset", "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for key "tenant-2"`},
-		{"same key, other policy", []string{"peek", "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for key "tenant-1"`},
+		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for gcra:1/1h:1 key "tenant-2"`},
+		{"no such key to reset", []string{"reset", "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for gcra:1/1h:1 key "tenant-2"`},
+		{"same key, other policy", []string{"peek", "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for gcra:2/1h:1 key "tenant-1"`},
 		{"top with an argument", []string{"top", "tenant-1"}, exitUsage, "top: takes no arguments"},
 		{"negative limit", []string{"top", "--limit", "-1"}, exitUsage, "--limit must not be negative"},
 	} {
@@ -85,7 +92,7 @@ func TestThrottlectlHelp(t *testing.T) {
 		args []string
 		says []string
 	}{
-		{[]string{"--help"}, []string{"usage: throttlectl", "peek", "reset", "top", "-redis host:port", `(default "throttle:")`, "(default 5s)", "-cluster", "-json"}},
+		{[]string{"--help"}, []string{"usage: throttlectl", "peek", "reset", "top", "-redis address", "$REDIS_URL", "rediss://", `(default "throttle:")`, "(default 5s)", "-cluster", "-json"}},
 		{[]string{"help"}, []string{"usage: throttlectl", "-prefix prefix"}},
 		{[]string{"peek", "--help"}, []string{"usage: throttlectl [global flags] peek", "-policy policy", "-config file", "-limiter name", "-redis"}},
 		{[]string{"reset", "-h"}, []string{"usage: throttlectl [global flags] reset", "-policy policy"}},

@@ -5,9 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,29 +13,22 @@ import (
 
 // globals are the flags every command takes.
 type globals struct {
-	redisAddr string
-	cluster   bool
-	prefix    string
-	json      bool
-	timeout   time.Duration
+	redis   redisAddress
+	cluster bool
+	prefix  string
+	json    bool
+	timeout time.Duration
 }
 
-// defaultRedis is where Redis is looked for without --redis.
-const defaultRedis = "127.0.0.1:6379"
-
 func defaultGlobals() globals {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = defaultRedis
-	}
-	return globals{redisAddr: addr, prefix: throttle.DefaultPrefix, timeout: 5 * time.Second}
+	return globals{redis: redisFromEnv(), prefix: throttle.DefaultPrefix, timeout: 5 * time.Second}
 }
 
 // register defines the global flags on fs, with their current values as
 // defaults: a command's flag set takes them again after the command name.
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.redisAddr, "redis", g.redisAddr, "Redis `host:port`, $REDIS_ADDR when set; with --cluster, the comma-separated seeds of a Cluster")
-	fs.BoolVar(&g.cluster, "cluster", g.cluster, "--redis names seeds of a Redis Cluster; top scans every master")
+	fs.Var(&g.redis, "redis", "Redis `address`: host:port, or a URL redis://[user:password@]host:port[/db] (rediss:// for TLS); $REDIS_URL, then $REDIS_ADDR, when not given; with --cluster, comma-separated host:port seeds or one URL with more seeds as ?addr=host:port")
+	fs.BoolVar(&g.cluster, "cluster", g.cluster, "--redis names seeds of a Redis Cluster (read by go-redis's ParseClusterURL when a URL); top scans every master")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "key `prefix` of the limiters (their WithPrefix)")
 	fs.BoolVar(&g.json, "json", g.json, "write one JSON document instead of a table")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "how long to wait for Redis: peek and reset as a whole, top per SCAN page and per key")
@@ -52,29 +42,8 @@ func (g *globals) check() error {
 	if strings.ContainsAny(g.prefix, "{}") {
 		return usagef("--prefix %q: a prefix holds no '{' or '}' (WithPrefix refuses them)", g.prefix)
 	}
-	_, err := g.addrs()
+	_, _, err := g.redisOptions()
 	return err
-}
-
-// addrs returns the address, or a cluster's seeds, checked for form.
-func (g *globals) addrs() ([]string, error) {
-	addrs := []string{g.redisAddr}
-	if g.cluster {
-		addrs = strings.Split(g.redisAddr, ",")
-	}
-	for _, addr := range addrs {
-		_, port, err := net.SplitHostPort(strings.TrimSpace(addr))
-		if err != nil {
-			return nil, usagef("--redis %q: want host:port: %v", addr, errors.Unwrap(err))
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, usagef("--redis %q: bad port %q", addr, port)
-		}
-	}
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
-	}
-	return addrs, nil
 }
 
 // policyFlags name the limiter a key belongs to: --policy, or --config with
@@ -87,7 +56,7 @@ type policyFlags struct {
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.policy, "policy", "", "the limiter's `policy`, as in its keys: gcra:10/1s:5, tb:10/1s:5, lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, conc:3/30s")
+	fs.StringVar(&p.policy, "policy", "", "the limiter's `policy`, as Policy.String prints it: gcra:10/1s:5 (or gcra:10/s:5), tb:10/1s:5, lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, quota:1000/day:UTC, conc:3/30s")
 	fs.StringVar(&p.config, "config", "", "JSON `file` mapping limiter names to policies, e.g. {\"tenant\": \"gcra:10/1s:5\"}")
 	fs.StringVar(&p.limiter, "limiter", "", "`name` of the limiter in --config")
 	fs.StringVar(&p.name, "name", "", "`name` of a named limiter (its WithName): its keys carry its name, and its policy is the one stored for it (throttlectl set), or --policy")

@@ -12,21 +12,38 @@
 //	throttlectl [global flags] get NAME
 //	throttlectl [global flags] unset [--key KEY] NAME
 //
-// A policy is written as the library writes it inside its Redis keys:
-// gcra:10/1s:5 (GCRA, 10 per second, burst 5), tb:10/1s:5 (TokenBucket),
-// lb:10/1m:5 (LeakyBucket, capacity 5), fw:25/1m (FixedWindow, 25 a
-// minute), sl:25/1s (SlidingLog), sw:25/1s (SlidingWindow) and conc:3/30s
-// (a ConcurrencyLimiter: 3 holders, 30 s leases). KEY is the caller key
+// Redis is named by --redis, else the REDIS_URL environment variable, else
+// REDIS_ADDR, else 127.0.0.1:6379: host:port, or a URL as go-redis's
+// ParseURL reads it, redis://[user:password@]host:port[/db] (rediss:// for
+// TLS; query parameters such as dial_timeout too), which gives the AUTH
+// password, the ACL user and the database. With --cluster it names a Redis
+// Cluster: comma-separated host:port seeds, or one URL as ParseClusterURL
+// reads it, more seeds as ?addr=host:port. Messages show a URL's password
+// as xxxxx.
+//
+// A policy is written as Policy.String prints it, the form the library
+// writes inside its Redis keys: gcra:10/1s:5 (GCRA, 10 per second, burst
+// 5), tb:10/1s:5 (TokenBucket), lb:10/1m:5 (LeakyBucket, capacity 5),
+// fw:25/1m (FixedWindow, 25 a minute), sl:25/1s (SlidingLog), sw:25/1s
+// (SlidingWindow), quota:1000/day:Europe/Paris (Quota) and conc:3/30s (a
+// ConcurrencyLimiter: 3 holders, 30 s leases). A period may be a bare unit,
+// as the docs write rates: gcra:10/s:5 is gcra:10/1s:5. KEY is the caller key
 // given to the limiter ("tenant-42"). The --config file maps names to
 // policies: {"tenant": "gcra:10/1s:5", "exports": "conc:3/30s"}.
 //
-// peek shows whether a unit would be admitted now, how many remain, how long
+// peek shows the policy's numbers (RATE and BURST for a GCRA or
+// TokenBucket, RATE and CAPACITY for a LeakyBucket, LIMIT and WINDOW for a
+// window, LIMIT and PERIOD for a quota; top shows RATE and BURST for every
+// key), whether a unit would be admitted now, how many remain of the
+// burst, capacity or limit (REMAINING), how long
 // until the next one would be admitted (RETRY-AFTER), until the key is back
 // to full capacity (RESET-AFTER) and until a block set by Limiter.BlockFor
 // ends (BLOCKED-FOR); for a concurrency cap, its holders and free slots.
 // peek without --policy or --limiter takes a full Redis key as top lists
 // it. reset forgets a key's state and lifts its block. Both fail when the
-// key has no state in Redis. top scans the prefix with SCAN (never KEYS),
+// key has no state in Redis under the limiter asked for, and name the
+// limiters that do hold state for that caller key, found with SCAN on
+// every master. top scans the prefix with SCAN (never KEYS),
 // on every master of a Cluster, and lists the keys throttled now (nothing
 // admitted, or blocked), longest wait first; --all lists every key.
 //
@@ -146,10 +163,15 @@ commands:
 		fmt.Fprintf(w, "  %-6s %s\n         %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprint(w, `
-POLICY is written as in the library's Redis keys: gcra:10/1s:5, tb:10/1s:5,
-lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, or conc:3/30s for a concurrency
-cap. A --config FILE maps names to policies: {"tenant": "gcra:10/1s:5"};
-for top it gives the policy in code of named limiters with none stored.
+Redis: --redis, else $REDIS_URL, else $REDIS_ADDR, else 127.0.0.1:6379; as
+host:port or redis://[user:password@]host:port[/db] (rediss:// for TLS).
+With --cluster: host:port seeds separated by commas, or one URL with more
+seeds as ?addr=host:port.
+
+POLICY is written as Policy.String prints it: gcra:10/1s:5, tb:10/1s:5,
+lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, quota:1000/day:UTC, or conc:3/30s
+for a concurrency cap; a bare unit is one of it (gcra:10/s:5). A --config
+FILE maps names to policies: {"tenant": "gcra:10/1s:5"}; for top it gives the policy in code of named limiters with none stored.
 A named limiter (WithName) keeps its keys under its name: peek --name NAME
 KEY, with --policy when none is stored.
 Exit status: 0 done, 1 failed (Redis, no state for the key), 2 usage error.

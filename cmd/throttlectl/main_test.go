@@ -102,9 +102,19 @@ func (c *cli) run(args ...string) result {
 // runBinary runs throttlectl with exactly args.
 func runBinary(t *testing.T, args ...string) result {
 	t.Helper()
+	return runBinaryEnv(t, nil, args...)
+}
+
+// runBinaryEnv runs throttlectl with exactly args, and env ("NAME=value")
+// over the test's environment.
+func runBinaryEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -163,10 +173,11 @@ func fails(t *testing.T, r result, code int, says string) {
 
 // peekJSON is peek's --json output as a script would read it.
 type peekJSON struct {
-	Key          string `json:"key"`
-	RedisKey     string `json:"redis_key"`
-	Policy       string `json:"policy"`
-	Kind         string `json:"kind"`
+	Key      string `json:"key"`
+	RedisKey string `json:"redis_key"`
+	Policy   string `json:"policy"`
+	Kind     string `json:"kind"`
+	peekLimits
 	Throttled    bool   `json:"throttled"`
 	Allowed      bool   `json:"allowed"`
 	Limit        int    `json:"limit"`
@@ -178,6 +189,19 @@ type peekJSON struct {
 	ResetAfterUS int64  `json:"reset_after_us"`
 	BlockedFor   string `json:"blocked_for"`
 	BlockedForUS int64  `json:"blocked_for_us"`
+}
+
+// peekLimits are the policy's numbers in peek's --json output.
+type peekLimits struct {
+	Rate          string  `json:"rate"`
+	RatePerSecond float64 `json:"rate_per_second"`
+	Burst         int     `json:"burst"`
+	Capacity      int     `json:"capacity"`
+	Window        string  `json:"window"`
+	WindowUS      int64   `json:"window_us"`
+	Period        string  `json:"period"`
+	Lease         string  `json:"lease"`
+	LeaseUS       int64   `json:"lease_us"`
 }
 
 // checkDurations checks that each duration's two forms agree.

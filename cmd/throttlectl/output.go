@@ -15,15 +15,26 @@ import (
 // durations ("1m30s") for people and in microseconds, the library's
 // resolution, for programs.
 type jsonState struct {
-	Key          string `json:"key"`
-	RedisKey     string `json:"redis_key"`
-	Limiter      string `json:"limiter,omitempty"` // a named limiter's name
-	Policy       string `json:"policy"`            // the policy in force
-	Kind         string `json:"kind"`              // "rate" or "concurrency"
+	Key      string `json:"key"`
+	RedisKey string `json:"redis_key"`
+	Limiter  string `json:"limiter,omitempty"` // a named limiter's name
+	Policy   string `json:"policy"`            // the policy in force
+	Kind     string `json:"kind"`              // "rate" or "concurrency"
+	// The policy's numbers; each is left out where the policy has none.
+	Rate          string  `json:"rate,omitempty"`            // "10/1s"; a window's "25/1m"; a quota's "1000/day"
+	RatePerSecond float64 `json:"rate_per_second,omitempty"` // the rate in units per second (on average, for a window)
+	Burst         int     `json:"burst,omitempty"`           // GCRA, TokenBucket
+	Capacity      int     `json:"capacity,omitempty"`        // LeakyBucket
+	Window        string  `json:"window,omitempty"`          // FixedWindow, SlidingLog, SlidingWindow
+	WindowUS      int64   `json:"window_us,omitempty"`
+	Period        string  `json:"period,omitempty"` // Quota: "day" or "month"
+	Lease         string  `json:"lease,omitempty"`  // concurrency caps
+	LeaseUS       int64   `json:"lease_us,omitempty"`
+
 	Throttled    bool   `json:"throttled"`
 	Allowed      bool   `json:"allowed"`
-	Limit        int    `json:"limit"`
-	Remaining    int    `json:"remaining"`
+	Limit        int    `json:"limit"`             // what Remaining counts down from: the burst, capacity, limit or slots
+	Remaining    int    `json:"remaining"`         // units (free slots) left now
 	Holders      *int   `json:"holders,omitempty"` // concurrency caps only
 	RetryAfter   string `json:"retry_after"`
 	RetryAfterUS int64  `json:"retry_after_us"`
@@ -50,6 +61,18 @@ func toJSON(s state) jsonState {
 		ResetAfterUS: s.resetAfter.Microseconds(),
 		BlockedFor:   s.blockedFor.String(),
 		BlockedForUS: s.blockedFor.Microseconds(),
+
+		Rate:          s.limits.rate,
+		RatePerSecond: s.limits.perSecond,
+		Burst:         s.limits.burst,
+		Capacity:      s.limits.capacity,
+		Period:        s.limits.period,
+	}
+	if w := s.limits.window; w > 0 {
+		j.Window, j.WindowUS = w.String(), w.Microseconds()
+	}
+	if l := s.limits.lease; l > 0 {
+		j.Lease, j.LeaseUS = l.String(), l.Microseconds()
 	}
 	if s.concurrency {
 		j.Kind = "concurrency"
@@ -78,8 +101,9 @@ func (a *app) writePeek(s state) error {
 		row(tw, display(s.caller), policyCell(s), yesNo(s.allowed), fraction(s.holders(), s.limit),
 			strconv.Itoa(s.remaining), short(s.retryAfter), short(s.resetAfter))
 	} else {
-		row(tw, "KEY", "POLICY", "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-		row(tw, display(s.caller), policyCell(s), yesNo(s.allowed), fraction(s.remaining, s.limit),
+		headers, cells := s.limits.columns()
+		row(tw, "KEY", "POLICY", headers[0], headers[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+		row(tw, display(s.caller), policyCell(s), cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
 	}
 	return tw.Flush()
@@ -93,8 +117,8 @@ func (a *app) writeReset(before state) error {
 			jsonState
 		}{true, toJSON(before)})
 	}
-	_, err := fmt.Fprintf(a.stdout, "reset %s under %s (Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
-		display(before.caller), policyCell(before), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
+	_, err := fmt.Fprintf(a.stdout, "reset %s under %s (%s; Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
+		display(before.caller), policyCell(before), before.limits.describe(), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
 	return err
 }
 
@@ -118,13 +142,14 @@ func (a *app) writeTop(states []state, f found) error {
 		return err
 	}
 	tw := newTable(a.stdout)
-	row(tw, "KEY", "POLICY", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	row(tw, "KEY", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
 	for _, s := range states {
 		blocked := short(s.blockedFor)
 		if s.concurrency {
 			blocked = "-"
 		}
-		row(tw, display(s.caller), policyCell(s), fraction(s.remaining, s.limit), short(s.retryAfter), short(s.resetAfter), blocked)
+		row(tw, display(s.caller), policyCell(s), s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
+			short(s.retryAfter), short(s.resetAfter), blocked)
 	}
 	return tw.Flush()
 }

@@ -32,14 +32,25 @@ func TestThrottlectlPeek(t *testing.T) {
 		remaining int
 		limit     int
 		period    time.Duration // how long the retry-after may be, when throttled
+		limits    peekLimits    // the policy's numbers in the JSON
+		columns   string        // the table's two columns of them: headers, then cells
 	}{
-		{"gcra", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/60m:5", "gcra:10/1h:5", "tenant-42", 2, 3, 5, 0},
-		{"gcra full", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/1h0m0s:5", "gcra:10/1h:5", "tenant{7}%", 5, 0, 5, 6 * time.Minute},
-		{"token bucket", throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/90m:4", "tb:3/1h30m:4", "tenant-1", 4, 0, 4, 30 * time.Minute},
-		{"leaky bucket", throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}, "lb:5/1h:5", "lb:5/1h:5", "tenant-2", 1, 4, 5, 0},
-		{"fixed window", throttle.FixedWindow{Limit: 25, Window: decade}, "fw:25/87600h", "fw:25/87600h", "tenant-3", 7, 18, 25, 0},
-		{"sliding log", throttle.SlidingLog{Limit: 3, Window: time.Hour}, "sl:3/1h", "sl:3/1h", "tenant-4", 3, 0, 3, time.Hour},
-		{"sliding window", throttle.SlidingWindow{Limit: 100, Window: decade}, "sw:100/87600h", "sw:100/87600h", "tenant-5", 40, 60, 100, 0},
+		{"gcra", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/60m:5", "gcra:10/1h:5", "tenant-42", 2, 3, 5, 0,
+			peekLimits{Rate: "10/1h", RatePerSecond: 10.0 / 3600, Burst: 5}, "RATE BURST 10/1h 5"},
+		{"gcra full", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, "gcra:10/1h0m0s:5", "gcra:10/1h:5", "tenant{7}%", 5, 0, 5, 6 * time.Minute,
+			peekLimits{Rate: "10/1h", RatePerSecond: 10.0 / 3600, Burst: 5}, "RATE BURST 10/1h 5"},
+		{"gcra per hour as the docs write it", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 1}, "gcra:10/h:1", "gcra:10/1h:1", "tenant-6", 1, 0, 1, 6 * time.Minute,
+			peekLimits{Rate: "10/1h", RatePerSecond: 10.0 / 3600, Burst: 1}, "RATE BURST 10/1h 1"},
+		{"token bucket", throttle.TokenBucket{Rate: throttle.Rate{N: 3, Per: 90 * time.Minute}, Burst: 4}, "tb:3/90m:4", "tb:3/1h30m:4", "tenant-1", 4, 0, 4, 30 * time.Minute,
+			peekLimits{Rate: "3/1h30m", RatePerSecond: 3.0 / 5400, Burst: 4}, "RATE BURST 3/1h30m 4"},
+		{"leaky bucket", throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}, "lb:5/1h:5", "lb:5/1h:5", "tenant-2", 1, 4, 5, 0,
+			peekLimits{Rate: "5/1h", RatePerSecond: 5.0 / 3600, Capacity: 5}, "RATE CAPACITY 5/1h 5"},
+		{"fixed window", throttle.FixedWindow{Limit: 25, Window: decade}, "fw:25/87600h", "fw:25/87600h", "tenant-3", 7, 18, 25, 0,
+			peekLimits{Rate: "25/87600h", RatePerSecond: 25 / decade.Seconds(), Window: "87600h0m0s", WindowUS: decade.Microseconds()}, "LIMIT WINDOW 25 87600h"},
+		{"sliding log", throttle.SlidingLog{Limit: 3, Window: time.Hour}, "sl:3/h", "sl:3/1h", "tenant-4", 3, 0, 3, time.Hour,
+			peekLimits{Rate: "3/1h", RatePerSecond: 3.0 / 3600, Window: "1h0m0s", WindowUS: time.Hour.Microseconds()}, "LIMIT WINDOW 3 1h"},
+		{"sliding window", throttle.SlidingWindow{Limit: 100, Window: decade}, "sw:100/87600h", "sw:100/87600h", "tenant-5", 40, 60, 100, 0,
+			peekLimits{Rate: "100/87600h", RatePerSecond: 100 / decade.Seconds(), Window: "87600h0m0s", WindowUS: decade.Microseconds()}, "LIMIT WINDOW 100 87600h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := c.limiter(tc.policy)
@@ -52,6 +63,9 @@ func TestThrottlectlPeek(t *testing.T) {
 				got.Holders != nil || got.BlockedForUS != 0 || got.ResetAfterUS <= 0 {
 				t.Errorf("peek --json: %+v", got)
 			}
+			if got.peekLimits != tc.limits {
+				t.Errorf("peek --json shows the policy as %+v, want %+v", got.peekLimits, tc.limits)
+			}
 			if retry := time.Duration(got.RetryAfterUS) * time.Microsecond; throttled && (retry <= tc.period-time.Minute || retry > tc.period) ||
 				!throttled && retry != 0 {
 				t.Errorf("retry-after %s, want 0 or just under %s", retry, tc.period)
@@ -59,9 +73,10 @@ func TestThrottlectlPeek(t *testing.T) {
 			got.checkDurations(t)
 
 			r := c.ok("peek", "--policy", tc.flag, tc.caller)
-			rows := checkTable(t, r.stdout, "KEY", "POLICY", "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-			want := []string{tc.caller, tc.id, map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
-			if len(rows) != 2 || strings.Join(rows[1][:4], " ") != strings.Join(want, " ") || rows[1][6] != "0s" {
+			columns := strings.Fields(tc.columns)
+			rows := checkTable(t, r.stdout, "KEY", "POLICY", columns[0], columns[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+			want := []string{tc.caller, tc.id, columns[2], columns[3], map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
+			if len(rows) != 2 || strings.Join(rows[1][:6], " ") != strings.Join(want, " ") || rows[1][8] != "0s" {
 				t.Errorf("peek table rows %q, want a row starting %q", rows, want)
 			}
 		})
@@ -80,6 +95,7 @@ func TestThrottlectlPeekConcurrency(t *testing.T) {
 	var got peekJSON
 	c.okJSON(&got, "peek", "--policy", "conc:3/1h", "tenant-9")
 	if got.Kind != "concurrency" || got.Policy != "conc:3/1h0m0s" || got.Holders == nil || *got.Holders != 2 ||
+		got.peekLimits != (peekLimits{Lease: "1h0m0s", LeaseUS: time.Hour.Microseconds()}) ||
 		got.Remaining != 1 || got.Limit != 3 || !got.Allowed || got.Throttled || got.RedisKey != exports.Key("tenant-9") {
 		t.Errorf("peek --json: %+v", got)
 	}
@@ -138,7 +154,7 @@ func TestThrottlectlReset(t *testing.T) {
 	acquire(t, exports, "tenant-3")
 
 	r := c.ok("reset", "--policy", "gcra:1/1h:1", "tenant{1}")
-	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h:1 ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
+	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h:1 (rate 1/1h, burst 1; ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
 		t.Errorf("reset says %q", r.stdout)
 	}
 	var got struct {
@@ -159,7 +175,7 @@ func TestThrottlectlReset(t *testing.T) {
 		{"conc:1/1h", "tenant-3", exports.Key("tenant-3")},
 	} {
 		for _, command := range []string{"peek", "reset"} {
-			fails(t, c.run(command, "--policy", tc.policy, tc.caller), exitFailure, "no state for key "+quote(tc.caller))
+			fails(t, c.run(command, "--policy", tc.policy, tc.caller), exitFailure, "key "+quote(tc.caller))
 		}
 		if n, err := c.tg.Client.Exists(ctx, tc.redisKey, tc.redisKey+":block").Result(); err != nil || n != 0 {
 			t.Errorf("%s: %d keys left after reset, %v", tc.redisKey, n, err)
@@ -188,8 +204,8 @@ func TestThrottlectlConfig(t *testing.T) {
 		t.Errorf("peek --limiter exports: %+v", got)
 	}
 	c.ok("reset", "--config", config, "--limiter", "tenant", "tenant-42")
-	fails(t, c.run("peek", "--config", config, "--limiter", "tenant", "tenant-42"), exitFailure, "no state for key")
-	fails(t, c.run("peek", "--config", config, "--limiter", "nightly", "tenant-42"), exitFailure, "no state for key")
+	fails(t, c.run("peek", "--config", config, "--limiter", "tenant", "tenant-42"), exitFailure, `no state for gcra:10/1h:5 key "tenant-42"`)
+	fails(t, c.run("peek", "--config", config, "--limiter", "nightly", "tenant-42"), exitFailure, "state present under: conc:2/1h0m0s")
 }
 
 // TestThrottlectlFlagsAnywhere: flags may follow the key, global flags may

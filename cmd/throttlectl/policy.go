@@ -18,14 +18,14 @@ type policy struct {
 	name string               // a named limiter's name (WithName)
 }
 
-// parsePolicy reads a policy in its short form: "gcra:10/1s:5",
-// "conc:3/30s".
+// parsePolicy reads a policy in its short form ("gcra:10/1s:5",
+// "gcra:10/s:5", "conc:3/30s"; see forms.go).
 func parsePolicy(s string) (policy, error) {
 	if strings.HasPrefix(s, "conc:") {
-		c, err := throttle.ParseConcurrency(s)
+		c, err := parseConcurrency(s)
 		return policy{conc: c}, err
 	}
-	p, err := throttle.ParsePolicy(s)
+	p, err := parseRatePolicy(s)
 	return policy{rate: p}, err
 }
 
@@ -61,7 +61,7 @@ func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 		}
 		return target{p, operand}, nil
 	}
-	info, err := throttle.ParseKey(a.prefix, operand)
+	info, err := parseKey(a.prefix, operand)
 	if err != nil {
 		return target{}, usagef("%s %q: name its limiter with --policy, or --config and --limiter; or give a limiter's Redis key under the prefix %q, as top lists it", a.command.name, operand, a.prefix)
 	}
@@ -100,7 +100,7 @@ func namedPolicy(name, flag string) (policy, error) {
 
 // limiterID names a limiter as its keys do: its policy, or its name and
 // algorithm.
-func limiterID(info throttle.KeyInfo) string {
+func limiterID(info keyInfo) string {
 	if info.Name != "" {
 		return info.Name + "@" + info.Algorithm
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,37 +13,28 @@ import (
 // connect opens the Redis the global flags name and checks that it
 // answers. The caller closes the client.
 func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
-	addrs, err := a.addrs()
+	single, cluster, err := a.redisOptions()
 	if err != nil {
 		return nil, err
 	}
 	var client redis.UniversalClient
-	if a.cluster {
-		client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 addrs,
-			DialTimeout:           a.timeout,
-			ReadTimeout:           a.timeout,
-			WriteTimeout:          a.timeout,
-			ContextTimeoutEnabled: true,
-		})
+	what := "Redis"
+	if cluster != nil {
+		client, what = redis.NewClusterClient(cluster), "Redis Cluster"
 	} else {
-		client = redis.NewClient(&redis.Options{
-			Addr:                  addrs[0],
-			DialTimeout:           a.timeout,
-			ReadTimeout:           a.timeout,
-			WriteTimeout:          a.timeout,
-			ContextTimeoutEnabled: true,
-		})
+		client = redis.NewClient(single)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		what := "Redis"
-		if a.cluster {
-			what = "Redis Cluster"
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			// It answered: a wrong password or user, a database that does
+			// not exist, a server that is not a Cluster.
+			return nil, fmt.Errorf("%s at %s refused the connection: %w", what, a.redis.String(), err)
 		}
-		return nil, fmt.Errorf("cannot reach %s at %s: %w", what, a.redisAddr, err)
+		return nil, fmt.Errorf("cannot reach %s at %s: %w", what, a.redis.String(), err)
 	}
 	return client, nil
 }
@@ -56,7 +48,12 @@ const scanCount = 1000
 // a Cluster. Each SCAN call gets the --timeout; SCAN may return a key more
 // than once, the result has each once.
 func (a *app) scanPrefix(ctx context.Context, client redis.UniversalClient) ([]string, error) {
-	pattern := globEscape(a.prefix) + "*"
+	return a.scanMatch(ctx, client, globEscape(a.prefix)+"*")
+}
+
+// scanMatch returns the keys under the prefix that match pattern, a SCAN
+// MATCH pattern, found as scanPrefix finds them.
+func (a *app) scanMatch(ctx context.Context, client redis.UniversalClient, pattern string) ([]string, error) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	var keys []string

@@ -16,6 +16,7 @@ type limiter struct {
 	name   string                       // a named limiter's name
 	rate   *throttle.Limiter            // nil for a concurrency cap
 	conc   *throttle.ConcurrencyLimiter // nil for a rate policy
+	spec   policy                       // the policy it was made with
 	client redis.UniversalClient
 }
 
@@ -23,7 +24,7 @@ type limiter struct {
 // nothing: throttlectl reports failures itself.
 func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter, error) {
 	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
-	l := &limiter{client: client, name: p.name}
+	l := &limiter{client: client, name: p.name, spec: p}
 	if p.name != "" {
 		opts = append(opts, throttle.WithName(p.name))
 	}
@@ -37,7 +38,7 @@ func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter
 		return nil, usageError{err}
 	}
 	// The policy as the library writes it, whatever form it was given in.
-	info, err := throttle.ParseKey(prefix, l.key("x"))
+	info, err := parseKey(prefix, l.key("x"))
 	if err != nil {
 		return nil, fmt.Errorf("reading back the limiter's own key: %w", err)
 	}
@@ -60,7 +61,8 @@ type state struct {
 	policy      string // in force
 	name        string // a named limiter's name
 	concurrency bool
-	allowed     bool // one unit (one slot) would be admitted now
+	limits      limits // the policy's rate and burst, or limit and window
+	allowed     bool   // one unit (one slot) would be admitted now
 	limit       int
 	remaining   int // units (free slots) left now
 	retryAfter  time.Duration
@@ -83,12 +85,14 @@ func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
 	var r throttle.Result
 	var err error
 	if l.conc != nil {
+		s.limits = concurrencyLimits(l.spec.conc)
 		r, err = l.conc.Peek(ctx, caller)
 	} else {
-		var p throttle.Policy
-		if p, err = l.rate.PolicyFor(ctx, caller); err == nil {
-			s.policy = p.String() // the policy in force: a stored one, maybe
+		p := l.spec.rate
+		if inForce, err := l.rate.PolicyFor(ctx, caller); err == nil {
+			p = inForce // a stored one, maybe
 		}
+		s.policy, s.limits = p.String(), limitsOf(p)
 		r, err = l.rate.Peek(ctx, caller)
 		if err == nil {
 			s.blockedFor, err = l.rate.BlockedFor(ctx, caller)
@@ -128,13 +132,4 @@ func (l *limiter) reset(ctx context.Context, caller string) error {
 		return fmt.Errorf("resetting %q: %w", l.key(caller), err)
 	}
 	return nil
-}
-
-// errNoState is the failure of peek and reset on a key Redis knows nothing
-// about.
-func errNoState(t target, l *limiter) error {
-	if l.name != "" {
-		return fmt.Errorf("no state for key %q of limiter %s (Redis key %q): it has not been limited lately, or under another algorithm or --prefix", t.caller, l.name, l.key(t.caller))
-	}
-	return fmt.Errorf("no state for key %q under policy %s (Redis key %q): it has not been limited lately, or under another policy or --prefix", t.caller, l.id, l.key(t.caller))
 }

@@ -17,7 +17,7 @@ import (
 // runSet stores a named limiter's policy, or one caller key's.
 func runSet(a *app, args []string) error {
 	return a.changeStored(args, 2, "NAME POLICY", func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
-		p, err := throttle.ParsePolicy(operands[1])
+		p, err := parseRatePolicy(operands[1])
 		if err != nil {
 			return usagef("set: %v", err)
 		}

@@ -21,6 +21,7 @@ type topScene struct {
 type topEntry struct {
 	key, policy string
 	remaining   int
+	rateBurst   string // top's RATE and BURST cells
 }
 
 func newTopScene(t *testing.T, c *cli) topScene {
@@ -43,11 +44,11 @@ func newTopScene(t *testing.T, c *cli) topScene {
 	acquire(t, exports, "exports")
 	acquire(t, exports, "exports")
 	s.throttled = []topEntry{
-		{"tenant-a", "gcra:1/2h:1", 0},
-		{"tenant-b", "sl:3/1h", 0},
-		{"tenant{c}", "tb:2/1h:2", 0},
-		{"tenant-d", "sw:10/1h", 0},
-		{"exports", "conc:2/10m0s", 0},
+		{"tenant-a", "gcra:1/2h:1", 0, "1/2h 1"},
+		{"tenant-b", "sl:3/1h", 0, "3/1h -"},
+		{"tenant{c}", "tb:2/1h:2", 0, "2/1h 2"},
+		{"tenant-d", "sw:10/1h", 0, "10/1h -"},
+		{"exports", "conc:2/10m0s", 0, "- -"},
 	}
 
 	take(t, c.limiter(throttle.FixedWindow{Limit: 5, Window: decade}), "tenant-f", 1)
@@ -57,9 +58,9 @@ func newTopScene(t *testing.T, c *cli) topScene {
 		t.Fatalf("ReserveFor: %+v, %v", r, err)
 	}
 	s.free = []topEntry{
-		{"tenant-f", "fw:5/87600h", 4},
-		{"tenant-g", "lb:5/1h:5", 3},
-		{"tenant-h", "gcra:10/1h:5", 4},
+		{"tenant-f", "fw:5/87600h", 4, "5/87600h -"},
+		{"tenant-g", "lb:5/1h:5", 3, "5/1h 5"},
+		{"tenant-h", "gcra:10/1h:5", 4, "10/1h 5"},
 	}
 
 	for _, key := range []string{c.tg.Prefix + "worker:task:{task-1}", c.tg.Prefix + "sched:{nightly}:2026-03-14T02:00:00Z"} {
@@ -105,19 +106,19 @@ func TestThrottlectlTop(t *testing.T) {
 	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
-	rows := checkTable(t, r.stdout, "KEY", "POLICY", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	rows := checkTable(t, r.stdout, "KEY", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
 	if len(rows) != 6 {
 		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
 	}
 	for i, want := range scene.throttled {
-		if rows[i+1][0] != want.key || rows[i+1][1] != want.policy {
-			t.Errorf("top row %d: %q, want %s %s", i+1, rows[i+1], want.key, want.policy)
+		if got := strings.Join(rows[i+1][:4], " "); got != want.key+" "+want.policy+" "+want.rateBurst {
+			t.Errorf("top row %d: %q, want %s %s %s", i+1, rows[i+1], want.key, want.policy, want.rateBurst)
 		}
 	}
-	if blocked := rows[4][5]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
+	if blocked := rows[4][7]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
 		t.Errorf("top: tenant-d blocked for %q, want about 20m", blocked)
 	}
-	if rows[5][5] != "-" || rows[5][2] != "0/2" {
+	if rows[5][7] != "-" || rows[5][4] != "0/2" {
 		t.Errorf("top: concurrency row %q", rows[5])
 	}
 }
@@ -199,7 +200,7 @@ func TestThrottlectlTopPrefixIsNotAPattern(t *testing.T) {
 func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 	t.Helper()
 	if strings.HasPrefix(policy, "conc:") {
-		p, err := throttle.ParseConcurrency(policy)
+		p, err := parseConcurrency(policy)
 		if err != nil {
 			t.Fatal(err)
 		}
