@@ -15,6 +15,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/metrics"
+	"github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	"github.com/jobthrottle/jobthrottle/scheduler"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -82,10 +83,11 @@ func TestEndToEnd(t *testing.T) {
 	httpClient := &http.Client{Transport: transport}
 
 	var seen asynqtest.Events
+	workerSeries := workermetrics.Observer(collector)
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("tenant", worker.Pattern("sync:*"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant"))),
 	}, worker.WithObserver(worker.ObserverFunc(func(e worker.Event) {
-		collector.Observe(e)
+		workerSeries.Observe(e)
 		seen.Observe(e)
 	})))
 	var log asynqtest.RunLog

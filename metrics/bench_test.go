@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
@@ -22,14 +23,16 @@ func BenchmarkObserveDecision(b *testing.B) {
 	})
 }
 
-// BenchmarkObserveEvent is the cost a Collector adds to each worker event.
+// BenchmarkObserveEvent is the cost a Collector adds to each worker event,
+// through workermetrics.Observer.
 func BenchmarkObserveEvent(b *testing.B) {
 	c, _ := newCollector(b)
+	o := workermetrics.Observer(c)
 	e := worker.Event{Kind: worker.WaitedInline, TaskID: "id", TaskType: "partner:sync", Key: "tenant-42", Delay: 120 * time.Millisecond}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c.Observe(e)
+			o.Observe(e)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/metrics"
+	"github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,8 @@ func observeCallers(c *metrics.Collector, from, to int) {
 	outcomes := []throttle.Outcome{throttle.Admitted, throttle.Throttled, throttle.Errored, throttle.Degraded}
 	ops := []throttle.Op{throttle.OpAllow, throttle.OpPeek, throttle.OpReserve, throttle.OpAcquire}
 	kinds := []worker.EventKind{worker.Admitted, worker.WaitedInline, worker.Rescheduled, worker.GaveUp,
-		worker.Degraded, worker.Failed, worker.LeaseTaken, worker.LeaseReleased}
+		worker.Degraded, worker.Failed, worker.LeaseTaken, worker.LeaseReleased, worker.LeaseLost, worker.Unconfigured}
+	o := workermetrics.Observer(c)
 	for i := from; i < to; i++ {
 		key := tenant(i)
 		for _, op := range ops {
@@ -36,7 +38,7 @@ func observeCallers(c *metrics.Collector, from, to int) {
 			}
 		}
 		for j, k := range kinds {
-			c.Observe(worker.Event{Kind: k, TaskID: fmt.Sprintf("%s-task-%d", key, j), TaskType: "partner:sync",
+			o.Observe(worker.Event{Kind: k, TaskID: fmt.Sprintf("%s-task-%d", key, j), TaskType: "partner:sync",
 				Rule: "tenant", Key: key, Delay: time.Duration(i) * time.Millisecond})
 		}
 	}
@@ -54,9 +56,9 @@ func TestCardinalityIndependentOfCallerKeys(t *testing.T) {
 		t.Fatalf("%d series after 10 caller keys, %d after 10,000", after10, after)
 	}
 	// 16 decision series, 4 latency histograms, 2 per-limiter counters,
-	// 6 task event series, 2 wait histograms, 1 lease gauge.
-	if after10 != 31 {
-		t.Fatalf("%d series, want 31", after10)
+	// 8 task event series, 2 wait histograms, 1 lease gauge.
+	if after10 != 33 {
+		t.Fatalf("%d series, want 33", after10)
 	}
 	checkNoCallerLabels(t, reg)
 	if got := samples(t, reg)[`jobthrottle_decisions_total{limiter="per-tenant",op="allow",outcome="degraded"}`]; got != 10_000 {

@@ -2,21 +2,21 @@ package metrics
 
 import (
 	"fmt"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
+	"github.com/jobthrottle/jobthrottle/metrics/internal/series"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector turns the decisions of throttle's limiters and the events of
-// worker's Throttlers into Prometheus series. It is a [prometheus.Collector]
-// (register it with a registry), a [throttle.Observer] (give it to
-// throttle.New with throttle.WithObserver) and a [worker.Observer] (give it
-// to worker.New with worker.WithObserver). One Collector may observe any
-// number of limiters and Throttlers.
+// Collector turns the decisions of throttle's limiters, and the events of
+// worker's Throttlers, into Prometheus series. It is a [prometheus.Collector]
+// (register it with a registry) and a [throttle.Observer] (give it to
+// throttle.New with throttle.WithObserver). A Throttler reports to it
+// through the adapter of package workermetrics:
+// worker.WithObserver(workermetrics.Observer(c)). One Collector may observe
+// any number of limiters and Throttlers, and holds every series of both:
+// register it once.
 //
 // A Collector is safe for concurrent use: its observer methods take a few
 // hundred nanoseconds on the caller's goroutine and never block on Redis or
@@ -27,9 +27,8 @@ type Collector struct {
 	latency     *prometheus.HistogramVec // limiter, op
 	redisErrors *prometheus.CounterVec   // limiter
 	denyHits    *prometheus.CounterVec   // limiter
-	tasks       *prometheus.CounterVec   // task_type, rule, event
-	waits       *prometheus.HistogramVec // task_type, event
-	leases      *prometheus.GaugeVec     // rule
+	// worker holds the worker series, fed by package workermetrics.
+	worker *series.Worker
 
 	// limiters holds, by limiter name, the per-limiter counters created at
 	// zero on the limiter's first decision (*limiterSeries).
@@ -46,8 +45,16 @@ type limiterSeries struct {
 var (
 	_ prometheus.Collector = (*Collector)(nil)
 	_ throttle.Observer    = (*Collector)(nil)
-	_ worker.Observer      = (*Collector)(nil)
 )
+
+func init() {
+	series.WorkerOf = func(collector any) *series.Worker {
+		if c, ok := collector.(*Collector); ok && c != nil {
+			return c.worker
+		}
+		return nil
+	}
+}
 
 // New returns a Collector with no series yet; series appear as decisions and
 // events arrive. Register it with a registry: reg.MustRegister(c), or
@@ -93,25 +100,28 @@ func New(opts ...Option) (*Collector, error) {
 			Namespace: ns, Name: "deny_cache_hits_total",
 			Help: "Rejections answered from the limiter's in-process deny cache without asking Redis, by limiter name.",
 		}, []string{"limiter"}),
-		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "worker_tasks_total",
-			Help: "Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed).",
-		}, []string{"task_type", "rule", "event"}),
-		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Name: "worker_wait_seconds",
-			Help:    "How long throttled tasks waited in their handler (waited_inline) or were sent away for (rescheduled), by task type and event.",
-			Buckets: cfg.waitBuckets,
-		}, []string{"task_type", "event"}),
-		leases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "worker_leases_held",
-			Help: "Concurrency leases held by running tasks in this process, by rule.",
-		}, []string{"rule"}),
+		worker: &series.Worker{
+			Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Name: "worker_tasks_total",
+				Help: "Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed, lease_lost, unconfigured).",
+			}, []string{"task_type", "rule", "event"}),
+			Waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: ns, Name: "worker_wait_seconds",
+				Help:    "How long throttled tasks waited in their handler (waited_inline) or were sent away for (rescheduled), by task type and event.",
+				Buckets: cfg.waitBuckets,
+			}, []string{"task_type", "event"}),
+			Leases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: ns, Name: "worker_leases_held",
+				Help: "Concurrency leases held by running tasks in this process, by rule.",
+			}, []string{"rule"}),
+		},
 	}, nil
 }
 
 // vectors returns every metric vector of the Collector.
 func (c *Collector) vectors() [8]prometheus.Collector {
-	return [...]prometheus.Collector{c.decisions, c.policies, c.latency, c.redisErrors, c.denyHits, c.tasks, c.waits, c.leases}
+	return [...]prometheus.Collector{c.decisions, c.policies, c.latency, c.redisErrors, c.denyHits,
+		c.worker.Tasks, c.worker.Waits, c.worker.Leases}
 }
 
 // Describe sends the descriptors of every series the Collector can export;
@@ -141,14 +151,4 @@ func (c *Collector) limiter(name string) *limiterSeries {
 		denyHits:    c.denyHits.WithLabelValues(name),
 	})
 	return s.(*limiterSeries)
-}
-
-// labelValue returns s as a valid label value: Prometheus refuses (and its
-// WithLabelValues panics on) invalid UTF-8, which a task type, being bytes
-// from the queue, may contain. Invalid bytes become U+FFFD.
-func labelValue(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -1,15 +1,20 @@
 // Package metrics exports what jobthrottle's limiters and asynq middleware
 // decide as Prometheus series (github.com/prometheus/client_golang). It is
-// the only package of the module that imports client_golang: the core
-// packages report through two small observer interfaces,
-// [throttle.Observer] and [worker.Observer], and a [Collector] implements
-// both. Users of another metrics system implement the same interfaces
-// instead of importing this package.
+// the only package of the module, with its subpackage workermetrics, that
+// imports client_golang: the core packages report through small observer
+// interfaces, and users of another metrics system implement those instead
+// of importing this package.
+//
+// Package metrics itself does not import asynq: a program that uses only
+// limiters, or httpthrottle's Transport, pulls in neither asynq nor cron.
+// The events of an asynq Throttler reach the same [Collector] through the
+// adapter in package workermetrics.
 //
 // # Wiring
 //
-// Create one Collector, register it, and give it to every limiter and
-// Throttler whose decisions it should count:
+// Create one Collector, register it once, and give it to every limiter
+// (it is a [throttle.Observer]) and, through workermetrics.Observer, to
+// every Throttler whose decisions it should count:
 //
 //	c, err := metrics.New()
 //	if err != nil {
@@ -21,11 +26,12 @@
 //		throttle.WithName("partner-api"), throttle.WithObserver(c))
 //	exports, _ := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second},
 //		throttle.WithName("exports"), throttle.WithObserver(c))
-//	th, _ := worker.New(rdb, rules, worker.WithObserver(c))
+//	th, _ := worker.New(rdb, rules, worker.WithObserver(workermetrics.Observer(c)))
 //
-// A limiter takes one observer and so does a Throttler. To feed a Collector
-// and something else, pass a throttle.ObserverFunc or worker.ObserverFunc
-// that calls both.
+// The Collector holds the worker series as well as the limiters': nothing
+// else is registered. A limiter takes one observer and so does a
+// Throttler. To feed a Collector and something else, pass a
+// throttle.ObserverFunc or worker.ObserverFunc that calls both.
 //
 // # Series
 //
@@ -59,22 +65,27 @@
 //	    decisions_total as outcome="throttled". Present at 0 from the
 //	    limiter's first decision.
 //
-// Worker series come from a Throttler's gate, labelled by the asynq task
-// type and the worker rule's name (worker.Rate, worker.Concurrency):
+// Worker series come from a Throttler's gate, through
+// workermetrics.Observer, labelled by the asynq task type and the worker
+// rule's name (worker.Rate, worker.Concurrency). They exist once a
+// Throttler has reported:
 //
 //	jobthrottle_worker_tasks_total{task_type, rule, event}      counter
 //	    One count per decision about a task. event is "admitted" (ran at
 //	    once), "waited_inline" (waited in its handler, then ran),
 //	    "rescheduled" (sent back to asynq to return later), "gave_up" (a
 //	    rule's give-up policy stopped throttling it), "degraded" (Redis
-//	    could not decide and a fail-open limiter let it run) or "failed"
+//	    could not decide and a fail-open limiter let it run), "failed"
 //	    (the gate could not decide: Redis unavailable under fail-closed, or
-//	    a rule found no key). rule names the rule that made the task wait
-//	    (waited_inline: the last one it waited for), rescheduled it, gave
-//	    up or failed; it is "" for admitted and degraded, which no one rule
-//	    decides. A task that is
-//	    rescheduled and later runs counts once as rescheduled and once
-//	    more when it runs.
+//	    a rule found no key), "lease_lost" (a running task's concurrency
+//	    lease ran out) or "unconfigured" (a throttled task that asynq
+//	    counted as failed, on a server whose Config lacks
+//	    Throttler.Configure: alert on any). rule names the rule that made
+//	    the task wait (waited_inline: the last one it waited for),
+//	    rescheduled it, gave up, failed, lost the lease or throttled it;
+//	    it is "" for admitted and degraded, which no one rule decides. A
+//	    task that is rescheduled and later runs counts once as rescheduled
+//	    and once more when it runs.
 //	jobthrottle_worker_wait_seconds{task_type, event}           histogram
 //	    The wait of each waited_inline event (time spent in the handler
 //	    before running) and rescheduled event (time until the task is due
@@ -99,7 +110,7 @@
 // application, as they are when handlers are registered by type; do not
 // put tenant or record identifiers in task types. The number of series is
 // at most limiters × 4 ops × 4 outcomes for decisions_total, and task types
-// × (rules + 1) × 6 events for worker_tasks_total. Invalid UTF-8 in a label
+// × (rules + 1) × 8 events for worker_tasks_total. Invalid UTF-8 in a label
 // value is replaced with U+FFFD rather than refused.
 //
 // # How failures look

@@ -7,21 +7,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/metrics"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 )
 
-// One Collector counts the decisions of a limiter and of an asynq
-// Throttler, and a registry serves them on /metrics.
+// One Collector counts the decisions of a limiter, and a registry serves
+// them on /metrics. For an asynq Throttler's series, see package
+// workermetrics.
 func Example() {
 	m := miniredis.NewMiniRedis() // an embedded Redis, for the example
 	if err := m.Start(); err != nil {
@@ -52,56 +49,14 @@ func Example() {
 		_, _ = partner.Allow(ctx, "tenant-42") // admitted, admitted, throttled
 	}
 
-	// A Throttler reports through worker.WithObserver; its concurrency
-	// limiter through throttle.WithObserver.
-	exports, err := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 2, Lease: 30 * time.Second},
-		throttle.WithName("exports"), throttle.WithObserver(c))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	th, err := worker.New(rdb, []worker.Rule{worker.Concurrency("exports", worker.Type("export:run"), exports)},
-		worker.WithObserver(c))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	cfg := asynq.Config{Concurrency: 1, LogLevel: asynq.FatalLevel}
-	th.Configure(&cfg)
-	srv := asynq.NewServerFromRedisClient(rdb, cfg)
-	err = srv.Start(th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		wg.Done()
-		return nil
-	})))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	client := asynq.NewClientFromRedisClient(rdb)
-	for range 2 {
-		if _, err := client.Enqueue(asynq.NewTask("export:run", nil)); err != nil {
-			fmt.Println(err)
-			return
-		}
-	}
-	wg.Wait()
-	srv.Shutdown() // waits for the handlers, and so for their leases' release
-
 	// Serve the registry as Prometheus scrapes it.
 	web := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer web.Close()
-	printSeries(web.URL, "jobthrottle_decisions_total", "jobthrottle_redis_errors_total",
-		"jobthrottle_worker_tasks_total", "jobthrottle_worker_leases_held")
+	printSeries(web.URL, "jobthrottle_decisions_total", "jobthrottle_redis_errors_total")
 	// Output:
-	// jobthrottle_decisions_total{limiter="exports",op="acquire",outcome="admitted"} 2
 	// jobthrottle_decisions_total{limiter="partner-api",op="allow",outcome="admitted"} 2
 	// jobthrottle_decisions_total{limiter="partner-api",op="allow",outcome="throttled"} 1
-	// jobthrottle_redis_errors_total{limiter="exports"} 0
 	// jobthrottle_redis_errors_total{limiter="partner-api"} 0
-	// jobthrottle_worker_tasks_total{event="admitted",rule="",task_type="export:run"} 2
-	// jobthrottle_worker_leases_held{rule="exports"} 0
 }
 
 // printSeries scrapes url and prints the samples of the named series.

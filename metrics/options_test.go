@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/metrics"
+	"github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,8 +54,9 @@ func TestOptionsApply(t *testing.T) {
 		metrics.WithLatencyBuckets(latency...), metrics.WithWaitBuckets(1, 10))
 	latency[0] = 5 // changing the caller's slice changes nothing
 	c.ObserveDecision(throttle.Decision{Limiter: "l", Op: throttle.OpAllow, Outcome: throttle.Admitted, Latency: 2 * time.Millisecond})
-	c.Observe(worker.Event{Kind: worker.WaitedInline, TaskType: "t", Delay: 2 * time.Second})
-	c.Observe(worker.Event{Kind: worker.LeaseTaken, Rule: "r"})
+	o := workermetrics.Observer(c)
+	o.Observe(worker.Event{Kind: worker.WaitedInline, TaskType: "t", Delay: 2 * time.Second})
+	o.Observe(worker.Event{Kind: worker.LeaseTaken, Rule: "r"})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

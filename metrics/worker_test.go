@@ -13,6 +13,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/metrics"
+	"github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
@@ -39,11 +40,12 @@ func TestWorkerEventsExactCounts(t *testing.T) {
 		// A task type that is not valid UTF-8 is kept, not refused.
 		{Kind: worker.Admitted, TaskID: "t13", TaskType: "bad\xffname"},
 	}
+	o := workermetrics.Observer(c)
 	for _, e := range events {
-		c.Observe(e)
+		o.Observe(e)
 	}
 	compare(t, c, `
-# HELP jobthrottle_worker_tasks_total Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed).
+# HELP jobthrottle_worker_tasks_total Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed, lease_lost, unconfigured).
 # TYPE jobthrottle_worker_tasks_total counter
 jobthrottle_worker_tasks_total{event="admitted",rule="",task_type="bad`+"\uFFFD"+`name"} 1
 jobthrottle_worker_tasks_total{event="admitted",rule="",task_type="sync"} 2
@@ -109,7 +111,7 @@ jobthrottle_worker_tasks_total{event="degraded",rule="",task_type="export"} 1
 			exports := newConcurrency(t, down, "x:", throttle.Concurrency{Limit: 1, Lease: time.Minute},
 				throttle.WithName("exports"), throttle.WithFailurePolicy(tc.policy), throttle.WithObserver(c), throttle.WithLogger(nil))
 			th, err := worker.New(down, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports)},
-				worker.WithObserver(c), worker.WithLogger(nil), worker.WithSettle(false))
+				worker.WithObserver(workermetrics.Observer(c)), worker.WithLogger(nil), worker.WithSettle(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,8 +149,9 @@ func TestWorkerFleetEndToEnd(t *testing.T) {
 	exports := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 2, Lease: 5 * time.Second},
 		throttle.WithName("exports"), throttle.WithObserver(c))
 	var events asynqtest.Events
+	o := workermetrics.Observer(c)
 	both := worker.ObserverFunc(func(e worker.Event) {
-		c.Observe(e)
+		o.Observe(e)
 		events.Observe(e)
 	})
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports)},

@@ -33,23 +33,33 @@ const deadlineMargin = time.Second
 // and beyond that is handed over to a copy of itself (see the package
 // documentation). Concurrency leases are released however h ends, and the
 // outcome goes back to asynq only once Redis answers (see [WithSettle]).
+//
+// On a server whose Config lacks [Throttler.Configure], asynq would count
+// those throttled tasks as failed: the first time it does, the Throttler
+// logs an Error naming the fix, and the Observer sees an [Unconfigured]
+// event for each such task.
 func (t *Throttler) Middleware(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
-		rules := t.matching(ctx, at)
-		tk, err := t.describe(ctx, at, rules)
-		if err != nil {
-			return err
-		}
-		if len(rules) == 0 {
-			return t.outcome(ctx, tk, h.ProcessTask(ctx, at))
-		}
-		p, err := t.admit(ctx, tk, rules)
-		if err != nil || p == nil {
-			t.settle(ctx)
-			return err
-		}
-		return t.run(ctx, tk, p, h)
+		return t.watchDelivery(ctx, at, t.process(ctx, at, h))
 	})
+}
+
+// process gates one task and runs h if its rules allow it.
+func (t *Throttler) process(ctx context.Context, at *asynq.Task, h asynq.Handler) error {
+	rules := t.matching(ctx, at)
+	tk, err := t.describe(ctx, at, rules)
+	if err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		return t.outcome(ctx, tk, h.ProcessTask(ctx, at))
+	}
+	p, err := t.admit(ctx, tk, rules)
+	if err != nil || p == nil {
+		t.settle(ctx)
+		return err
+	}
+	return t.run(ctx, tk, p, h)
 }
 
 // run runs the handler of an admitted task, with its leases watched, and

@@ -38,6 +38,14 @@ const (
 	// Rescheduled event follows), not as failed. LeaseReleased still
 	// follows when the handler ends.
 	LeaseLost
+	// Unconfigured: the task was sent back with a *ThrottledError on an
+	// asynq server whose Config lacks the functions of
+	// [Throttler.Configure], and asynq counted it as a failure: it used up
+	// one of its retries and returns on asynq's own retry schedule, not at
+	// its slot. Reported for each such task once asynq has recorded it;
+	// the Throttler's first also logs one Error naming the fix. Rule and
+	// Key are the throttle's.
+	Unconfigured
 )
 
 // String names the kind, for logs and metric labels.
@@ -61,6 +69,8 @@ func (k EventKind) String() string {
 		return "lease_released"
 	case LeaseLost:
 		return "lease_lost"
+	case Unconfigured:
+		return "unconfigured"
 	}
 	return "unknown"
 }
@@ -71,8 +81,9 @@ type Event struct {
 	TaskID   string
 	TaskType string
 	// Rule and Key name the rule that made the task wait (WaitedInline: the
-	// last one it waited for), rescheduled it, gave up, failed or holds the
-	// lease, and the task's key in it; empty for Admitted and Degraded.
+	// last one it waited for), rescheduled it, gave up, failed, holds the
+	// lease or throttled it (Unconfigured), and the task's key in it; empty
+	// for Admitted and Degraded.
 	Rule, Key string
 	// Delay is the inline wait (WaitedInline) or the time until the task
 	// returns (Rescheduled).

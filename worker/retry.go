@@ -31,13 +31,16 @@ func RetryDelayFunc(prev asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 
 // IsFailureFunc returns an IsFailure function for asynq.Config that does
 // not count a throttled task as failed and leaves every other error to prev
-// (any non-nil error is a failure when prev is nil).
+// (any non-nil error is a failure when prev is nil). It also tells the
+// middleware that the server is configured: without it, the middleware
+// reports throttled tasks counted as failed (see [Unconfigured]).
 func IsFailureFunc(prev func(error) bool) func(error) bool {
 	if prev == nil {
 		prev = func(err error) bool { return err != nil }
 	}
 	return func(err error) bool {
 		if errors.Is(err, ErrThrottled) {
+			markSeen(err)
 			return false
 		}
 		return prev(err)

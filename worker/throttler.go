@@ -33,6 +33,8 @@ type Throttler struct {
 	// (Unix ns).
 	sameRedis bool
 	answered  atomic.Int64
+	// configured finds servers whose Config lacks Configure (unconfigured.go).
+	configured configureCheck
 }
 
 // asynq's defaults for DelayedTaskCheckInterval and TaskCheckInterval.
@@ -119,7 +121,14 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 //
 // Values already set are kept, and the Throttler plans returns around them.
 // Call Configure in every process that books or reschedules tasks, workers
-// and schedulers alike, with the workers' settings.
+// and schedulers alike, with the workers' settings; [Throttler.NewServer]
+// builds a server with it done.
+//
+// A server whose Config lacks these functions counts throttled tasks as
+// failed, uses up their retries and brings them back on asynq's schedule
+// rather than at their slots. The middleware notices the first time asynq
+// records such a task: it logs one Error naming the fix, and the Observer
+// sees an [Unconfigured] event for each such task.
 func (t *Throttler) Configure(cfg *asynq.Config) {
 	cfg.RetryDelayFunc = RetryDelayFunc(cfg.RetryDelayFunc)
 	cfg.IsFailure = IsFailureFunc(cfg.IsFailure)
@@ -131,6 +140,16 @@ func (t *Throttler) Configure(cfg *asynq.Config) {
 	}
 	t.forwarder.Store(int64(cfg.DelayedTaskCheckInterval))
 	t.poll.Store(int64(cfg.TaskCheckInterval))
+}
+
+// NewServer returns an asynq server on the Throttler's Redis client (the
+// one given to [New], which must be asynq's), with cfg set up by
+// [Throttler.Configure]: the one call that cannot forget it. Start it with
+// a handler behind [Throttler.Middleware]. Shutting the server down leaves
+// the client open.
+func (t *Throttler) NewServer(cfg asynq.Config) *asynq.Server {
+	t.Configure(&cfg)
+	return asynq.NewServerFromRedisClient(t.client, cfg)
 }
 
 // What Configure sets asynq's DelayedTaskCheckInterval and TaskCheckInterval
@@ -214,10 +233,11 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// WithLogger sets where the Throttler logs, with log/slog: a task failed
-// because its rules could not be decided, or let through degraded, at
-// Warn; a rule's give-up, at Info; reschedules and inline waits, at Debug.
-// Default: slog.Default(). nil discards.
+// WithLogger sets where the Throttler logs, with log/slog: the first
+// throttled task asynq counted as failed for want of [Throttler.Configure],
+// at Error, once; a task failed because its rules could not be decided, or
+// let through degraded, at Warn; a rule's give-up, at Info; reschedules
+// and inline waits, at Debug. Default: slog.Default(). nil discards.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
