@@ -11,7 +11,7 @@ import (
 
 // topScene is keys of every kind under one prefix: five throttled ones
 // (three used up, one blocked, a full concurrency cap), three that are not
-// (one of them with a ticket beside its state), and keys of the worker and
+// (one of them with a reservation), and keys of the worker and
 // the scheduler that no limiter wrote.
 type topScene struct {
 	throttled []topEntry // longest wait first
@@ -54,8 +54,8 @@ func newTopScene(t *testing.T, c *cli) topScene {
 	take(t, c.limiter(throttle.FixedWindow{Limit: 5, Window: decade}), "tenant-f", 1)
 	take(t, c.limiter(throttle.LeakyBucket{Rate: throttle.PerHour(5), Capacity: 5}), "tenant-g", 2)
 	booked := c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5})
-	if r, err := booked.ReserveFor(ctx, "tenant-h", throttle.Ticket{ID: "task-1", Grace: 10 * time.Hour}, 1, time.Hour); err != nil || !r.OK {
-		t.Fatalf("ReserveFor: %+v, %v", r, err)
+	if r, err := booked.Reserve(ctx, "tenant-h", 1, time.Hour); err != nil || !r.OK {
+		t.Fatalf("Reserve: %+v, %v", r, err)
 	}
 	s.free = []topEntry{
 		{"tenant-f", "fw:5/87600h", 4, "5/87600h -"},
@@ -68,8 +68,8 @@ func newTopScene(t *testing.T, c *cli) topScene {
 			t.Fatal(err)
 		}
 	}
-	if n := len(c.tg.Keys(t)); n != 12 {
-		t.Fatalf("%d keys under the prefix, want 12 (8 states or blocks, a ticket and its generation, 2 of others)", n)
+	if n := len(c.tg.Keys(t)); n != 10 {
+		t.Fatalf("%d keys under the prefix, want 10 (8 states or blocks, 2 of others)", n)
 	}
 	return s
 }
