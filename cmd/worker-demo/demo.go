@@ -43,6 +43,8 @@ type demo struct {
 	opts      options
 	mini      *miniredis.Miniredis
 	rdb       redis.UniversalClient
+	addr      string // the Redis's host:port, the embedded one's too
+	id        string // names the prefix and the queue (demoPrefix, demoQueue)
 	prefix    string
 	queue     string
 	partner   *partnerAPI
@@ -77,19 +79,22 @@ func startDemo(opts options) (*demo, error) {
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	d.prefix = "jtdemo:" + hex.EncodeToString(id[:]) + ":"
-	d.queue = "demo-" + hex.EncodeToString(id[:])
-	if opts.redisAddr == "" {
+	d.id = hex.EncodeToString(id[:])
+	d.prefix, d.queue = demoPrefix(d.id), demoQueue(d.id)
+	d.addr = opts.redisAddr
+	if d.addr == "" {
+		// miniredis listens on a loopback port, where throttlectl can
+		// reach it while the demo runs.
 		d.mini = miniredis.NewMiniRedis()
 		if err := d.mini.Start(); err != nil {
 			return nil, fmt.Errorf("starting the embedded Redis: %w", err)
 		}
-		opts.redisAddr = d.mini.Addr()
+		d.addr = d.mini.Addr()
 	}
-	d.rdb = redis.NewClient(&redis.Options{Addr: opts.redisAddr})
+	d.rdb = redis.NewClient(&redis.Options{Addr: d.addr})
 	if err := d.rdb.Ping(context.Background()).Err(); err != nil {
 		d.stop()
-		return nil, fmt.Errorf("the Redis at %s: %w", opts.redisAddr, err)
+		return nil, fmt.Errorf("the Redis at %s: %w", d.addr, err)
 	}
 	d.inspector = asynq.NewInspectorFromRedisClient(d.rdb)
 	d.partner = newPartnerAPI()
@@ -296,8 +301,17 @@ func (d *demo) doneLocked() bool {
 	return d.ranBy["exports"] >= d.opts.exports
 }
 
-// stop shuts the fleet down and removes what the demo put in Redis.
-func (d *demo) stop() {
+// redisName says which Redis the demo runs on.
+func (d *demo) redisName() string {
+	if d.mini != nil {
+		return "embedded Redis " + d.addr
+	}
+	return "Redis " + d.addr
+}
+
+// stop shuts the fleet down and removes every key the demo put in Redis
+// (see removeKeys), then says how many it removed.
+func (d *demo) stop() (removed int, err error) {
 	if d.sched != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = d.sched.Stop(ctx)
@@ -315,16 +329,16 @@ func (d *demo) stop() {
 		d.partner.Close()
 	}
 	if d.rdb != nil {
-		if d.inspector != nil {
-			_ = d.inspector.DeleteQueue(d.queue, true)
-		}
-		iter := d.rdb.Scan(context.Background(), 0, d.prefix+"*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			d.rdb.Del(context.Background(), iter.Val())
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		removed, err = d.removeKeys(ctx)
+		cancel()
 		d.rdb.Close()
 	}
 	if d.mini != nil {
 		d.mini.Close()
 	}
+	if err != nil {
+		err = fmt.Errorf("removing the demo's keys (%s): %w", strings.Join(keyPatterns(d.id), ", "), err)
+	}
+	return removed, err
 }

@@ -6,21 +6,33 @@
 // first; the overall limit is shared fairly between them. It shows the work
 // live, then checks what it proves: every task processed exactly once, no
 // second above the policy, each tenant's fair share while all have calls
-// left, nothing failed or archived. It exits 0 when the run held the policy, 1 when it did not,
-// and 2 when it could not run.
+// left, nothing failed or archived. It exits 0 when the run held the policy,
+// 1 when it did not, 2 when it could not run, and 130 when interrupted.
 //
-// By default it starts an embedded Redis; --redis host:port uses a real one.
+// By default it starts an embedded Redis on a loopback port; --redis
+// host:port uses a real one. Either way it first prints its key prefix and
+// the throttlectl command that watches its limiters while it runs, and at
+// the end, or on Ctrl-C, it deletes every key it created (found with SCAN):
+// its limiters' and asynq's, counters and per-day stats included.
+//
+// On a terminal the view is redrawn in place, fitted to COLUMNS, else to
+// the terminal's width (on Linux), else to 80 columns; NO_COLOR (any
+// non-empty value) turns colour off. On TERM=dumb, with --plain, or when
+// stdout is not a terminal it prints one plain progress line a second.
 //
 //	go run ./cmd/worker-demo
 //	go run ./cmd/worker-demo --algorithm sliding-log --tasks 400
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 )
 
@@ -40,9 +52,19 @@ type options struct {
 	plain       bool
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
 
-func run(args []string, stdout, stderr io.Writer) int {
+// exitInterrupted is the exit status of a run stopped by a signal.
+const exitInterrupted = 130
+
+// run is the whole demo: it returns the exit status. It stops early, and
+// still removes its keys, when ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) (code int) {
 	opts, err := parseFlags(args, stderr)
 	var parseErr flagError
 	switch {
@@ -54,30 +76,59 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "worker-demo:", err)
 		return 2
 	}
+	term := detectTerminal(stdout, opts.plain, getenv)
 	d, err := startDemo(opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "worker-demo:", err)
 		return 2
 	}
-	defer d.stop()
-	view := newView(stdout, opts, d)
+	defer func() {
+		removed, err := d.stop()
+		switch {
+		case err != nil:
+			fmt.Fprintln(stderr, "worker-demo:", err)
+			code = max(code, 1)
+		case d.mini == nil:
+			fmt.Fprintf(stdout, "Removed the demo's %d keys from the Redis at %s.\n", removed, d.addr)
+		}
+	}()
+	d.introduce(stdout)
+	view := newView(stdout, opts, term)
 	deadline := time.Now().Add(opts.duration)
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-	for !d.done() && time.Now().Before(deadline) {
-		view.frame()
+	for !d.done() && time.Now().Before(deadline) && ctx.Err() == nil {
+		view.frame(d.snapshot())
 		select {
 		case <-ticker.C:
 		case <-d.finished:
+		case <-ctx.Done():
 		}
 	}
-	view.frame()
+	view.frame(d.snapshot())
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "worker-demo: interrupted; removing the demo's keys")
+		return exitInterrupted
+	}
 	s := d.summarize()
-	s.write(stdout)
+	s.write(stdout, term.color)
 	if !s.held {
 		return 1
 	}
 	return 0
+}
+
+// introduce says where the demo keeps its keys and how to watch its
+// limiters with throttlectl while it runs.
+func (d *demo) introduce(out io.Writer) {
+	fmt.Fprintf(out, "Keys: prefix %s, asynq queue %s, on the %s.\n", d.prefix, d.queue, d.redisName())
+	fmt.Fprintf(out, "Watch its limiters from another terminal (add --all for every key):\n  %s\n\n", d.watchCommand())
+}
+
+// watchCommand is the throttlectl command line that lists the demo's
+// throttled keys, run from the module's root.
+func (d *demo) watchCommand() string {
+	return fmt.Sprintf("go run ./cmd/throttlectl --redis %s --prefix %s top", d.addr, d.prefix)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {

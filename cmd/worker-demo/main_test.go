@@ -2,20 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
+
+// noEnv is an environment with nothing set.
+func noEnv(string) string { return "" }
 
 // TestDemoHoldsThePolicy runs the demo as CI and a newcomer would, with a
 // short duration, on the Redis the environment names (embedded by default).
 func TestDemoHoldsThePolicy(t *testing.T) {
 	args := []string{"--duration", "20s", "--tasks", "120", "--batch", "20", "--exports", "4"}
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr != "" {
 		args = append(args, "--redis", addr)
 	}
 	var out, errs bytes.Buffer
-	code := run(args, &out, &errs)
+	code := run(context.Background(), args, &out, &errs, noEnv)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
 	}
@@ -23,16 +29,47 @@ func TestDemoHoldsThePolicy(t *testing.T) {
 		"ok    every task processed exactly once: 144 of 144 tasks ran, 0 more than once",
 		"its fair share", // measured, not skipped for a short backlog
 		"ok    asynq: 0 failed, 0 archived",
-		"The fleet held the policy.",
+		"\nThe fleet held the policy.\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
-	// Not a terminal: plain lines, no cursor movement.
-	if strings.Contains(out.String(), "\033[") {
+	// Not a terminal: plain lines, no cursor movement, no colour.
+	if strings.Contains(out.String(), escape) {
 		t.Error("escape sequences in output that is not a terminal")
 	}
+	// The prefix and the command that watches it, on the Redis it used.
+	id, watch := introduced(t, out.String())
+	if addr == "" {
+		addr = `127\.0\.0\.1:\d+` // the embedded Redis, on loopback
+	} else {
+		addr = regexp.QuoteMeta(addr)
+	}
+	want := regexp.MustCompile(`^go run \./cmd/throttlectl --redis ` + addr + ` --prefix jtdemo:` + id + `: top$`)
+	if !want.MatchString(watch) {
+		t.Errorf("watch command %q, want it to match %s", watch, want)
+	}
+}
+
+var (
+	keysLine  = regexp.MustCompile(`(?m)^Keys: prefix jtdemo:([0-9a-f]{8}):, asynq queue demo-([0-9a-f]{8}), on the (embedded )?Redis \S+\.$`)
+	watchLine = regexp.MustCompile(`(?m)^  (go run \./cmd/throttlectl .*)$`)
+)
+
+// introduced returns the demo's id and throttlectl command as its output
+// printed them before the first frame.
+func introduced(t *testing.T, out string) (id, watch string) {
+	t.Helper()
+	keys := keysLine.FindStringSubmatch(out)
+	cmd := watchLine.FindStringSubmatch(out)
+	if keys == nil || cmd == nil || keys[1] != keys[2] {
+		t.Fatalf("no key prefix and throttlectl command printed:\n%s", out)
+	}
+	if first := strings.Index(out, "calls "); first >= 0 && strings.Index(out, cmd[0]) > first {
+		t.Errorf("the throttlectl command comes after the first frame:\n%s", out)
+	}
+	return keys[1], cmd[1]
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
@@ -46,12 +83,12 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		{"extra"},
 	} {
 		var out, errs bytes.Buffer
-		if code := run(args, &out, &errs); code != 2 || errs.Len() == 0 {
+		if code := run(context.Background(), args, &out, &errs, noEnv); code != 2 || errs.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errs.String())
 		}
 	}
 	var out, errs bytes.Buffer
-	if code := run([]string{"--help"}, &out, &errs); code != 0 || !strings.Contains(errs.String(), "-algorithm") {
+	if code := run(context.Background(), []string{"--help"}, &out, &errs, noEnv); code != 0 || !strings.Contains(errs.String(), "-algorithm") {
 		t.Errorf("--help: exit %d, %q", code, errs.String())
 	}
 }

@@ -122,8 +122,20 @@ func (d *demo) checkFairness(s *summary) {
 	s.lines = append(s.lines, fmt.Sprintf("      overall %.1f calls/s meanwhile, of %d/s", total, d.opts.overallRate))
 }
 
-func (s summary) write(out io.Writer) {
-	fmt.Fprintf(out, "\nSummary\n%s\n", strings.Join(s.lines, "\n"))
+// write prints the summary; with color, its ok and FAIL marks in green and
+// red.
+func (s summary) write(out io.Writer, color bool) {
+	lines := make([]string, len(s.lines))
+	for i, line := range s.lines {
+		switch {
+		case strings.HasPrefix(line, "ok  "):
+			line = paint(color, green, "ok") + line[2:]
+		case strings.HasPrefix(line, "FAIL"):
+			line = paint(color, red, "FAIL") + line[4:]
+		}
+		lines[i] = line
+	}
+	fmt.Fprintf(out, "\nSummary\n%s\n", strings.Join(lines, "\n"))
 }
 
 // later returns the later of a and b; b when a is zero.

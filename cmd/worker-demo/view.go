@@ -3,74 +3,151 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 )
 
 // view draws the run: on a terminal a live table redrawn in place each
-// second, with a bar and a sparkline per tenant; otherwise one plain line a
-// second.
+// second, with a bar and a sparkline per tenant, fitted to the terminal's
+// width; otherwise one plain line a second.
 type view struct {
 	out   io.Writer
 	opts  options
-	d     *demo
-	live  bool
+	term  terminal
 	lines int              // lines drawn by the last live frame
 	rates map[string][]int // per-second partner calls, per tenant ("" for all)
 }
 
-func newView(out io.Writer, opts options, d *demo) *view {
-	live := false
-	if f, ok := out.(*os.File); ok && !opts.plain {
-		if info, err := f.Stat(); err == nil && info.Mode()&os.ModeCharDevice != 0 {
-			live = true
-		}
-	}
-	return &view{out: out, opts: opts, d: d, live: live, rates: map[string][]int{}}
+func newView(out io.Writer, opts options, term terminal) *view {
+	return &view{out: out, opts: opts, term: term, rates: map[string][]int{}}
 }
 
-// frame draws the state now.
-func (v *view) frame() {
-	now := time.Now()
-	elapsed := now.Sub(v.d.started).Truncate(time.Second)
+// snapshot is the run's state at one frame.
+type snapshot struct {
+	elapsed   time.Duration
+	redis     string         // where the Redis is, as the header says it
+	done      map[string]int // tenant (or "exports") → tasks done
+	expected  map[string]int // tenant → tasks calling the partner
+	waited    map[string]int // tenant → tasks that waited inline
+	resched   map[string]int // tenant → reschedules
+	exporting int            // exports running now
+	lastCalls map[string]int // tenant ("" for all) → partner calls in the last second
+}
+
+// frame draws s.
+func (v *view) frame(s snapshot) {
 	for _, t := range append(tenantNames(), "") {
-		v.rates[t] = append(v.rates[t], inLastSecond(v.d.partner.arrivals(t), now))
+		v.rates[t] = append(v.rates[t], s.lastCalls[t])
 	}
-	d := v.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !v.live {
-		done, total := 0, 0
-		for _, t := range tenantNames() {
-			done += d.ranBy[t]
-			total += d.expected[t]
+	if !v.term.live {
+		line := v.progress(s)
+		if v.term.tty {
+			line = fit(line, v.term.width()) // a dumb terminal's; a log keeps it whole
 		}
-		fmt.Fprintf(v.out, "%4ds  partner calls %d/%d (last second %d, limit %d/s)  exports %d/%d  waited inline %d  rescheduled %d\n",
-			int(elapsed.Seconds()), done, total, last(v.rates[""]), v.opts.overallRate,
-			d.ranBy["exports"], v.opts.exports, sum(d.waited), sum(d.resched))
+		_, _ = io.WriteString(v.out, line+"\n")
 		return
 	}
 	var b strings.Builder
 	if v.lines > 0 {
-		fmt.Fprintf(&b, "\033[%dA", v.lines) // back to the top of the last frame
+		b.WriteString(cursorUp(v.lines)) // back to the top of the last frame
 	}
-	line := func(format string, args ...any) {
-		fmt.Fprintf(&b, "\033[K"+format+"\n", args...)
+	lines := v.table(s, v.term.width())
+	for _, line := range lines {
+		b.WriteString(clearLine + line + "\n")
 	}
-	line("jobthrottle worker demo · %s · %d/s per tenant, %d/s overall · exports %d at once", v.opts.algorithm.name, v.opts.tenantRate, v.opts.overallRate, v.opts.exportCap)
-	line("%d asynq servers × %d workers · %s · %s of at most %s", v.opts.servers, v.opts.concurrency, redisName(v.opts), elapsed, v.opts.duration)
-	line("")
-	line("%-9s %-22s %9s %8s %8s %8s  %-20s %s", "tenant", "done", "", "waiting", "inline", "resched", "calls per second", "now / limit")
-	for _, t := range tenantNames() {
-		done, total := d.ranBy[t], d.expected[t]
-		line("%-9s %s %9s %8d %8d %8d  %-20s %2d / %d", t, bar(done, total, 22), fmt.Sprintf("%d/%d", done, total),
-			total-done, d.waited[t], d.resched[t], spark(v.rates[t], v.opts.tenantRate), last(v.rates[t]), v.opts.tenantRate)
-	}
-	line("%-9s %-22s %9s %8s %8s %8s  %-20s %2d / %d", "overall", "", "", "", "", "", spark(v.rates[""], v.opts.overallRate), last(v.rates[""]), v.opts.overallRate)
-	line("%-9s %s %9s   running %d (cap %d)", "exports", bar(d.ranBy["exports"], v.opts.exports, 22), fmt.Sprintf("%d/%d", d.ranBy["exports"], v.opts.exports), d.exports.Load(), v.opts.exportCap)
-	v.lines = strings.Count(b.String(), "\n")
+	v.lines = len(lines)
 	_, _ = io.WriteString(v.out, b.String())
+}
+
+// progress is the plain line of a frame, for a pipe or a dumb terminal.
+func (v *view) progress(s snapshot) string {
+	done, total := 0, 0
+	for _, t := range tenantNames() {
+		done += s.done[t]
+		total += s.expected[t]
+	}
+	return fmt.Sprintf("%4ds  calls %d/%d  %d/s of %d/s  exports %d/%d  waited %d  rescheduled %d",
+		int(s.elapsed.Seconds()), done, total, last(v.rates[""]), v.opts.overallRate,
+		s.done["exports"], v.opts.exports, sum(s.waited), sum(s.resched))
+}
+
+// The table's columns: name, bar, done, inline, resched, sparkline, rate.
+// Only the bar and the sparkline stretch.
+const (
+	nameWidth = 8
+	doneWidth = 9 // "1200/1200"
+	rateWidth = 9 // "now/limit"
+	fixedCols = nameWidth + 1 + 1 + doneWidth + 1 + 6 + 1 + 7 + 2 + 1 + rateWidth
+	maxBar    = 22
+	maxSpark  = 20
+)
+
+// table returns the live frame's lines, each at most width columns.
+func (v *view) table(s snapshot, width int) []string {
+	color := v.term.color
+	stretch := max(width-fixedCols, 8)
+	sparkWidth := min(stretch/2, maxSpark)
+	barWidth := min(stretch-sparkWidth, maxBar)
+	row := func(name, bar, done, inline, resched, spark, rate string) string {
+		return fmt.Sprintf("%-*s %s %*s %6s %7s  %s %*s", nameWidth, name, bar, doneWidth, done, inline, resched, spark, rateWidth, rate)
+	}
+	pad := func(s string, n int) string { return s + strings.Repeat(" ", max(n-visibleWidth(s), 0)) }
+	lines := []string{
+		fmt.Sprintf("%s · %s · %d/s per tenant, %d/s overall · %d exports at once",
+			paint(color, bold, "worker demo"), v.opts.algorithm.name, v.opts.tenantRate, v.opts.overallRate, v.opts.exportCap),
+		fmt.Sprintf("%d servers × %d workers · %s · %s of %s", v.opts.servers, v.opts.concurrency, s.redis, s.elapsed.Truncate(time.Second), v.opts.duration),
+		"",
+		row("tenant", pad("done", barWidth), "", "inline", "resched", pad(sparkTitle(sparkWidth), sparkWidth), "now/limit"),
+	}
+	for _, t := range tenantNames() {
+		done, total := s.done[t], s.expected[t]
+		now := last(v.rates[t])
+		rate := fmt.Sprintf("%d/%d", now, v.opts.tenantRate)
+		if allows, _ := v.opts.algorithm.allows(v.opts.tenantRate); now > allows {
+			rate = paint(color, red, rate)
+		}
+		lines = append(lines, row(t, bar(done, total, barWidth, color), fmt.Sprintf("%d/%d", done, total),
+			fmt.Sprint(s.waited[t]), fmt.Sprint(s.resched[t]), pad(spark(v.rates[t], v.opts.tenantRate, sparkWidth), sparkWidth), rate))
+	}
+	lines = append(lines,
+		row("overall", pad("", barWidth), "", "", "", pad(spark(v.rates[""], v.opts.overallRate, sparkWidth), sparkWidth),
+			fmt.Sprintf("%d/%d", last(v.rates[""]), v.opts.overallRate)),
+		fmt.Sprintf("%-*s %s %*s  running %d, cap %d", nameWidth, "exports", bar(s.done["exports"], v.opts.exports, barWidth, color),
+			doneWidth, fmt.Sprintf("%d/%d", s.done["exports"], v.opts.exports), s.exporting, v.opts.exportCap))
+	for i, line := range lines {
+		lines[i] = fit(strings.TrimRight(line, " "), width)
+	}
+	return lines
+}
+
+// sparkTitle heads the sparklines' column.
+func sparkTitle(width int) string {
+	if width < len("calls per second") {
+		return "calls/s"
+	}
+	return "calls per second"
+}
+
+// snapshot reads the run's state now.
+func (d *demo) snapshot() snapshot {
+	now := time.Now()
+	s := snapshot{elapsed: now.Sub(d.started), redis: d.redisName(), lastCalls: map[string]int{}}
+	for _, t := range append(tenantNames(), "") {
+		s.lastCalls[t] = inLastSecond(d.partner.arrivals(t), now)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s.done, s.expected, s.waited, s.resched = clone(d.ranBy), clone(d.expected), clone(d.waited), clone(d.resched)
+	s.exporting = int(d.exports.Load())
+	return s
+}
+
+func clone(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 func tenantNames() []string {
@@ -81,28 +158,21 @@ func tenantNames() []string {
 	return names
 }
 
-func redisName(o options) string {
-	if o.redisAddr == "" {
-		return "embedded Redis"
-	}
-	return "Redis at " + o.redisAddr
-}
-
-// bar draws done of total in width cells.
-func bar(done, total, width int) string {
+// bar draws done of total in width cells, the done part green when color.
+func bar(done, total, width int, color bool) string {
 	filled := width
 	if total > 0 {
-		filled = done * width / total
+		filled = min(done*width/total, width)
 	}
-	return strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+	return paint(color, green, strings.Repeat("█", filled)) + strings.Repeat("░", width-filled)
 }
 
-// spark draws the last 20 per-second counts against limit.
-func spark(counts []int, limit int) string {
+// spark draws the last width per-second counts against limit.
+func spark(counts []int, limit, width int) string {
 	const levels = "▁▂▃▄▅▆▇█"
 	glyphs := []rune(levels)
-	if len(counts) > 20 {
-		counts = counts[len(counts)-20:]
+	if len(counts) > width {
+		counts = counts[len(counts)-width:]
 	}
 	var b strings.Builder
 	for _, c := range counts {
