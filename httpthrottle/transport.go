@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -228,7 +229,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // books a slot and sleeps until it; a block set meanwhile by another
 // process (an upstream's 429) is checked on waking, and the slot given back.
 func (t *Transport) waitTurn(ctx context.Context, key string, n int) error {
-	if !t.limiter.CanReserveAhead() {
+	if !gate.Meter(t.limiter) {
 		return t.limiter.WaitN(ctx, key, n)
 	}
 	for {

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/scripts"
-	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 var tickClaimScript = scripts.Load(scriptFiles, "lua/assembled/tick_claim.lua")
@@ -39,7 +39,7 @@ type claims struct {
 }
 
 func (s *Scheduler) claimsOf(entry string) claims {
-	base := s.cfg.prefix + "sched:" + throttle.Tag(entry)
+	base := s.cfg.prefix + "sched:" + keyspace.Tag(entry)
 	return claims{running: base + ":running", done: base + ":done"}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/lead"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
@@ -128,10 +129,11 @@ func TaskOptions(opts ...asynq.Option) BatchOption {
 // throttles the workers check, instead of arriving at once to be throttled
 // task by task. Each task gets the asynq ID batchID + ":" + its index, books
 // its slots on the TokenBucket and GCRA rules of th that match it (see
-// worker.Throttler.Book) and is enqueued to be due th.Lead() before its
-// slot (see DeliverAtSlot): it reaches a worker running th's middleware
-// ahead of its slot, finds its slots there, and starts at its slot, admitted
-// on arrival.
+// worker.Throttler.Book) and is enqueued to be due ahead of its slot by the
+// time asynq takes to hand a task to a worker (1.4 s with the intervals
+// Configure sets; see DeliverAtSlot): it reaches a worker running th's
+// middleware ahead of its slot, finds its slots there, and starts at its
+// slot, admitted on arrival.
 //
 // Pace is safe to run again with the same batchID and tasks, say after a
 // crash: a task already enqueued keeps its slots and is not enqueued twice.
@@ -176,7 +178,7 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 		p.StartAt = clock.local(booking)
 		deliver := p.StartAt
 		if !c.atSlot {
-			deliver = deliver.Add(-c.throttler.Lead())
+			deliver = deliver.Add(-lead.Of(c.throttler))
 		}
 		if deliver.After(time.Now()) {
 			opts = append(opts, asynq.ProcessAt(deliver))

@@ -126,14 +126,14 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 	allowN(t, l, "k", 1) // the burst is spent
 	ticket := func(id string) throttle.Ticket { return throttle.Ticket{ID: id} }
 	first, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
-	if err != nil || !first.OK || first.Reused || first.Delay != 100*time.Millisecond {
+	if err != nil || !first.OK || first.Reused() || first.Delay != 100*time.Millisecond {
 		t.Fatalf("first booking: %+v, %v", first, err)
 	}
 	other, _ := l.ReserveFor(ctx, "k", ticket("task-2"), 1, time.Minute)
 	// task-1 asks again before its slot: the same booking, nothing taken.
 	clock.Advance(40 * time.Millisecond)
 	again, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
-	if err != nil || !again.OK || !again.Reused || again.Delay != 60*time.Millisecond {
+	if err != nil || !again.OK || !again.Reused() || again.Delay != 60*time.Millisecond {
 		t.Fatalf("asking again: %+v, %v; want the standing booking, 60ms away", again, err)
 	}
 	if throttle.ServerStart(again) != throttle.ServerStart(first) {
@@ -142,12 +142,12 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 	// At its slot it is still the ticket's; once the slot has passed, a new
 	// booking is made behind the others.
 	clock.Advance(60 * time.Millisecond)
-	if at, _ := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute); !at.Reused || at.Delay != 0 {
+	if at, _ := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute); !at.Reused() || at.Delay != 0 {
 		t.Fatalf("at the slot: %+v; want the standing booking, starting now", at)
 	}
 	clock.Advance(time.Millisecond)
 	late, err := l.ReserveFor(ctx, "k", ticket("task-1"), 1, time.Minute)
-	if err != nil || late.Reused || throttle.ServerStart(late) != throttle.ServerStart(other)+100_000 {
+	if err != nil || late.Reused() || throttle.ServerStart(late) != throttle.ServerStart(other)+100_000 {
 		t.Fatalf("after the slot passed: %+v, %v; want a new booking after task-2's", late, err)
 	}
 	// Cancel drops the ticket with the capacity.
@@ -171,11 +171,11 @@ func TestReserveForKeepsATicketsBooking(t *testing.T) {
 	graced := throttle.Ticket{ID: "task-3", Grace: 2 * time.Second}
 	booked, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute)
 	clock.Advance(booked.Delay + 1500*time.Millisecond)
-	if late, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); !late.Reused || late.Delay != 0 {
+	if late, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); !late.Reused() || late.Delay != 0 {
 		t.Fatalf("1.5s after the slot, within a 2s grace: %+v; want the booking, to run at once", late)
 	}
 	clock.Advance(501 * time.Millisecond)
-	if gone, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); gone.Reused {
+	if gone, _ := l.ReserveFor(ctx, "k", graced, 1, time.Minute); gone.Reused() {
 		t.Fatalf("after the grace: %+v; want a new booking", gone)
 	}
 }
@@ -281,11 +281,11 @@ func TestResetForgetsBookings(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if res.Reused {
+				if res.Reused() {
 					t.Errorf("%s after the Reset: %+v; its booking was reset and must not be claimed", ticket, res)
 				}
 				if res.OK {
-					admitted = append(admitted, res.Slot)
+					admitted = append(admitted, res.Slot())
 				}
 			}
 			for i := 1; i < len(admitted); i++ {

@@ -79,8 +79,8 @@
 // can move its slot or reach another's state. Every key is written with an
 // expiry that ends when its state stops mattering: idle keys disappear.
 // [WithKeyHashing] stores long caller keys by their SHA-256 instead, so
-// that memory per key stays bounded. [ParsePolicy] and [ParseKey] read the
-// policy and caller key back from a key, for operations tools.
+// that memory per key stays bounded. [ParsePolicy] reads a policy
+// back from its short form (throttlectl reads whole keys).
 //
 // # Failure policy and timeouts
 //

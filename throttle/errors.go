@@ -39,11 +39,6 @@ var (
 	// ErrNotReserved reports waiting on a Reservation that was not booked.
 	ErrNotReserved = errors.New("throttle: reservation not booked")
 
-	// ErrNotLimiterKey reports a Redis key that no Limiter or
-	// ConcurrencyLimiter writes (see [ParseKey]): another prefix, a key of
-	// the worker or the scheduler, or a key written by hand.
-	ErrNotLimiterKey = errors.New("throttle: not a limiter's key")
-
 	// ErrLeaseLost reports a concurrency lease that had run out (its holder
 	// stopped renewing it for a whole lease period) or was reset before it
 	// was released.

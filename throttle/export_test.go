@@ -61,3 +61,27 @@ func ForgetPolicyRead(l *Limiter) {
 // PolicyFreshness is how long after a change a limiter's decisions follow
 // a stored policy at most.
 const PolicyFreshness = liveStale
+
+// Ticket is the worker's ticket of a booking, for the tests of reserveFor.
+type Ticket = ticket
+
+// ReserveFor is reserveFor, which the worker reaches through gate.
+func (l *Limiter) ReserveFor(ctx context.Context, key string, t Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+	return l.reserveFor(ctx, key, t, n, maxDelay)
+}
+
+// Slot returns a booked reservation's start on the Redis clock.
+func (r *Reservation) Slot() time.Time { return r.slot }
+
+// Reused reports a ticketed booking that found its standing booking.
+func (r *Reservation) Reused() bool { return r.reused }
+
+// ParseKey and ParseConcurrency are keyspace.Parse and the reading of a
+// concurrency policy, for the tests.
+var (
+	ParseKey         = parseKey
+	ParseConcurrency = parseConcurrency
+)
+
+// CanReserveAhead reports a policy that books later slots (gate.Meter).
+func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }

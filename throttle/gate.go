@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,20 +52,31 @@ func init() {
 	gate.Release = release
 	gate.LeaveRoom = leaveRoom
 	gate.PutBack = putBack
-	gate.BookAt = func(ctx context.Context, limiter any, key, ticket string, n int, at time.Time, slack, grace time.Duration) (gate.Booking, error) {
+	gate.BookAt = func(ctx context.Context, limiter any, key, id string, n int, at time.Time, slack, grace time.Duration) (gate.Booking, error) {
 		l, err := meterOf(limiter)
 		if err != nil {
 			return gate.Booking{}, err
 		}
-		res, err := l.book(ctx, key, Ticket{ID: ticket, Grace: grace, at: at.UnixMicro()}, n, slack)
+		res, err := l.book(ctx, key, ticket{ID: id, Grace: grace, at: at.UnixMicro()}, n, slack)
 		if err != nil {
 			return gate.Booking{}, err
 		}
 		b := gate.Booking{OK: res.OK, RetryAfter: res.RetryAfter, Cancel: res.Cancel}
 		if res.OK {
-			b.Slot = res.Slot
+			b.Slot = res.slot
 		}
 		return b, nil
+	}
+	gate.ReserveFor = func(ctx context.Context, limiter any, key string, t gate.Ticket, n int, maxDelay time.Duration) (gate.Booking, error) {
+		l, ok := limiter.(*Limiter)
+		if !ok {
+			return gate.Booking{}, fmt.Errorf("%w: %T is not a *Limiter", ErrNotSupported, limiter)
+		}
+		res, err := l.reserveFor(ctx, key, ticket{ID: t.ID, Grace: t.Grace, NotBefore: t.NotBefore}, n, maxDelay)
+		if err != nil {
+			return gate.Booking{}, err
+		}
+		return gate.Booking{OK: res.OK, Slot: res.slot, StartAt: res.StartAt, RetryAfter: res.RetryAfter, Cancel: res.Cancel}, nil
 	}
 	gate.ClientOf = func(limiter any) any {
 		switch l := limiter.(type) {
@@ -92,7 +104,7 @@ func (l *Limiter) startKeys(key string, held int, ticket string) []string {
 	keys := []string{state, state + startsSuffix, blockKey(state)}
 	switch held {
 	case gate.HeldByTicket:
-		keys = append(keys, ticketKey(state, ticket), state+ticketsSuffix)
+		keys = append(keys, ticketKey(state, ticket), state+keyspace.TicketsSuffix)
 	case gate.HeldByRoom:
 		keys = append(keys, state+waitersSuffix, state+roomSuffix, state+asideSuffix)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
@@ -162,7 +163,7 @@ func TestKeyHashingKeepsKeysApart(t *testing.T) {
 			t.Fatalf("caller key %.40q shares state: %+v", k, r)
 		}
 	}
-	if n := len(l.Key(long + "a")); n != len(tg.Prefix)+len("fw:1/1h0m0s:{}")+throttle.HashedKeyLen {
+	if n := len(l.Key(long + "a")); n != len(tg.Prefix)+len("fw:1/1h0m0s:{}")+keyspace.HashedLen {
 		t.Fatalf("hashed Redis key %q is %d bytes", l.Key(long+"a"), n)
 	}
 	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithKeyHashing(-1)); !errors.Is(err, throttle.ErrInvalidOption) {

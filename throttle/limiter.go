@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -163,7 +164,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 }
 
 // Reset forgets everything kept for key: its state, giving it full
-// capacity again, its block, every booking made for it with ReserveFor,
+// capacity again, its block, every ticketed booking made for it (the worker's),
 // which no caller can claim afterwards, and what package worker keeps
 // beside it (when its tasks started, and the tasks waiting for it).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
@@ -174,7 +175,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		l.denied.forget(key)
 	}
 	state := l.Key(key)
-	return l.del(ctx, state, blockKey(state), state+ticketsSuffix,
+	return l.del(ctx, state, blockKey(state), state+keyspace.TicketsSuffix,
 		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix)
 }
 
@@ -332,14 +333,14 @@ func (l *Limiter) scriptArgs(sp *spec, mode int, key, ticket string, n int, extr
 	if sp.calendar != nil {
 		args = append(args, sp.calendar(time.Now().Add(time.Duration(l.skew.Load())*time.Microsecond))...)
 	}
-	stateAndBlock := l.cfg.redisKeyWith(l.id, key, blockSuffix)
-	state := stateAndBlock[:len(stateAndBlock)-len(blockSuffix)]
+	stateAndBlock := l.cfg.redisKeyWith(l.id, key, keyspace.BlockSuffix)
+	state := stateAndBlock[:len(stateAndBlock)-len(keyspace.BlockSuffix)]
 	var keys []string
 	switch {
 	case !sp.reservable:
 		keys = []string{state, stateAndBlock} // the windows read the block
 	case ticket != "" && mode == modeReserve:
-		keys = []string{state, ticketKey(state, ticket), state + ticketsSuffix}
+		keys = []string{state, ticketKey(state, ticket), state + keyspace.TicketsSuffix}
 	case ticket != "":
 		keys = []string{state, ticketKey(state, ticket)}
 	case mode == modeBlock:

@@ -16,7 +16,7 @@ type Op string
 const (
 	OpAllow   Op = "allow"   // Allow, AllowN, Wait on the window policies, AllowMany
 	OpPeek    Op = "peek"    // Peek
-	OpReserve Op = "reserve" // Reserve, ReserveFor, Wait on the meters
+	OpReserve Op = "reserve" // Reserve, and Wait on the meters (and the worker's bookings)
 	OpAcquire Op = "acquire" // ConcurrencyLimiter.Acquire
 )
 

@@ -37,12 +37,12 @@ type config struct {
 	hashOver  int          // -1: caller keys are never hashed
 }
 
-// DefaultCoalescing is how many concurrent decisions may share a round
+// defaultCoalescing is how many concurrent decisions may share a round
 // trip unless changed with [WithCoalescing].
-const DefaultCoalescing = 64
+const defaultCoalescing = 64
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, failure: FailClosed, coalesce: DefaultCoalescing, hashOver: -1}
+	return config{prefix: DefaultPrefix, failure: FailClosed, coalesce: defaultCoalescing, hashOver: -1}
 }
 
 // WithPrefix sets the string every Redis key of the Limiter starts with.
@@ -136,7 +136,7 @@ func WithDenyCache(size int) Option {
 // nothing at low concurrency, and under many concurrent callers it saves
 // the client and the server a system call and a network exchange per
 // decision (GCRA made 1.5 times the decisions per second of one round
-// trip each at 64 goroutines, in BENCHMARKS.md). Each decision is still its own atomic script with its
+// trip each at 64 goroutines, in docs/benchmarks.md). Each decision is still its own atomic script with its
 // own Result; callers queued together are decided in the order they
 // queued. A queued caller's cancellation, and WithTimeout, count from its
 // call: one that gives up before its round trip is sent is never decided.
@@ -153,7 +153,7 @@ func WithCoalescing(limit int) Option {
 }
 
 // WithKeyHashing stores caller keys longer than over bytes in Redis by
-// their SHA-256 instead ([HashedKeyLen] bytes: "%#" and 64 hex digits), so
+// their SHA-256 instead (66 bytes: "%#" and 64 hex digits), so
 // that Redis memory per key stays bounded however long the caller keys are
 // (a GCRA key's state is under 100 bytes; a caller key of 1 MB makes a
 // Redis key of 1 MB). Distinct caller keys keep distinct state: a hashed

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 )
 
 // This file reads back what the library writes: policies in the short form
@@ -28,11 +30,14 @@ import (
 // A quota's ZONE is an IANA time zone name such as "Europe/Paris", read
 // with [time.LoadLocation]; ":ZONE" may be left out for UTC.
 //
-// PER and WINDOW are durations as [time.ParseDuration] reads them, so
-// "fw:25/1m" and the key's own "fw:25/1m0s" are the same policy. The form
-// of a policy in its keys always reads back to that policy. A concurrency
-// policy ("conc:3/30s") is not a Policy: read it with [ParseConcurrency].
-// The policy is validated; errors wrap [ErrInvalidPolicy].
+// PER and WINDOW are durations as [time.ParseDuration] reads them, or a
+// bare unit as rates are written in prose: "gcra:10/s:5" is "gcra:10/1s:5",
+// and "fw:25/m", "fw:25/1m" and the key's own "fw:25/1m0s" are the same
+// policy. What [Policy.String] prints and the form of a policy in its keys
+// always read back to that policy, so a policy can come from a
+// configuration file or a flag. A concurrency policy ("conc:3/30s") is not
+// a Policy but a [Concurrency]. The policy is validated; errors wrap
+// [ErrInvalidPolicy].
 func ParsePolicy(s string) (Policy, error) {
 	kind, rest, _ := strings.Cut(s, ":")
 	var p Policy
@@ -70,7 +75,7 @@ func ParsePolicy(s string) (Policy, error) {
 			p = q
 		}
 	case "conc":
-		return nil, fmt.Errorf("%w: %q is a concurrency policy, read by ParseConcurrency", ErrInvalidPolicy, s)
+		return nil, fmt.Errorf("%w: %q is a concurrency policy, not a Policy: give NewConcurrencyLimiter a Concurrency", ErrInvalidPolicy, s)
 	default:
 		return nil, fmt.Errorf("%w: %q: unknown kind %q, want gcra, tb, lb, fw, sl, sw or quota", ErrInvalidPolicy, s, kind)
 	}
@@ -83,12 +88,12 @@ func ParsePolicy(s string) (Policy, error) {
 	return p, nil
 }
 
-// ParseConcurrency reads a concurrency policy in the form a
+// parseConcurrency reads a concurrency policy in the form a
 // [ConcurrencyLimiter] writes inside its Redis keys, "conc:LIMIT/LEASE",
 // for example "conc:3/30s" for Concurrency{Limit: 3, Lease: 30 * time.Second}.
 // LEASE is read by [time.ParseDuration]. The policy is validated; errors
 // wrap [ErrInvalidPolicy].
-func ParseConcurrency(s string) (Concurrency, error) {
+func parseConcurrency(s string) (Concurrency, error) {
 	rest, ok := strings.CutPrefix(s, "conc:")
 	if !ok {
 		return Concurrency{}, fmt.Errorf("%w: %q: a concurrency policy starts with \"conc:\"", ErrInvalidPolicy, s)
@@ -131,6 +136,9 @@ func parseCount(s string) (int, time.Duration, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	if span != "" && span[0] >= 'a' && span[0] <= 'z' {
+		span = "1" + span // a bare unit, as rates are written: 10/s is 10/1s
+	}
 	d, err := time.ParseDuration(span)
 	if err != nil {
 		return 0, 0, fmt.Errorf("bad duration %q", span)
@@ -150,91 +158,31 @@ func parseInt(s string) (int, error) {
 	return n, nil
 }
 
-// KeyKind says which of a limiter's keys a Redis key is.
-type KeyKind int
+func init() { keyspace.Parse = parseKey }
 
-const (
-	// KeyState holds a caller key's state: what Peek and Allow read.
-	KeyState KeyKind = iota
-	// KeyBlock holds a caller key's block (Limiter.BlockFor), "…:block".
-	KeyBlock
-	// KeyTicket holds one ticket's booking (Limiter.ReserveFor), "…:t:<id>".
-	KeyTicket
-	// KeyTickets holds the generation of a caller key's tickets,
-	// "…:tickets": Reset deletes it, and every ticket with it.
-	KeyTickets
-)
-
-// String returns "state", "block", "ticket" or "tickets".
-func (k KeyKind) String() string {
-	switch k {
-	case KeyState:
-		return "state"
-	case KeyBlock:
-		return "block"
-	case KeyTicket:
-		return "ticket"
-	case KeyTickets:
-		return "tickets"
-	}
-	return fmt.Sprintf("KeyKind(%d)", int(k))
-}
-
-// KeyInfo is what [ParseKey] reads from a limiter's Redis key.
-type KeyInfo struct {
-	// Policy is the policy's short form as written in the key of a limiter
-	// without a name, such as "gcra:10/1s:5" or "conc:3/30s".
-	// [ParsePolicy] reads it back, or [ParseConcurrency] when Concurrency
-	// reports true. Empty for a named limiter's key.
-	Policy string
-	// Name is the name of a limiter created with WithName, whose keys
-	// carry its name and algorithm rather than its policy; else "".
-	Name string
-	// Algorithm is the policy's algorithm in short: "gcra", "tb", "lb",
-	// "fw", "sl", "sw" or "conc".
-	Algorithm string
-	// Caller is the caller key, with the key's escaping undone. For a
-	// caller key stored by its hash (WithKeyHashing), Caller is that stored
-	// form, "%#" and 64 hex digits, and Hashed is true.
-	Caller string
-	// Hashed reports a caller key stored by its hash: the caller key itself
-	// is not in Redis.
-	Hashed bool
-	// Kind says whether the key holds the state, the block or a ticket.
-	Kind KeyKind
-	// Ticket is a KeyTicket's ticket ID, its escaping undone; else "".
-	Ticket string
-}
-
-// Concurrency reports whether the key belongs to a [ConcurrencyLimiter].
-func (k KeyInfo) Concurrency() bool { return k.Algorithm == "conc" }
-
-// ParseKey takes apart a Redis key that a [Limiter] or [ConcurrencyLimiter]
-// with the given prefix wrote: prefix + policy + ":{" + caller key + "}",
-// then nothing (the state), ":block", ":tickets" or ":t:" + ticket. It accepts exactly
-// the keys the library writes: the policy in the form the library gives it,
-// a caller key escaped as the library escapes it (or hashed), and only the
-// suffixes the policy uses. Any other key, such as the worker's and the
-// scheduler's keys under the same prefix, is an error wrapping
-// [ErrNotLimiterKey].
-func ParseKey(prefix, key string) (KeyInfo, error) {
+// parseKey is [keyspace.Parse]: it accepts exactly the keys the library
+// writes: the policy in the form the library gives it, a caller key escaped
+// as the library escapes it (or hashed), and only the suffixes the policy
+// uses. Any other key, such as the worker's and the scheduler's keys under
+// the same prefix, is an error wrapping keyspace.ErrNotLimiterKey.
+func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
-		return KeyInfo{}, notLimiterKey(key, "it does not start with the prefix %q", prefix)
+		return keyspace.KeyInfo{}, notLimiterKey(key, "it does not start with the prefix %q", prefix)
 	}
 	open := strings.IndexByte(rest, '{')
 	if open < 1 || rest[open-1] != ':' {
-		return KeyInfo{}, notLimiterKey(key, "no \":{\" after the policy")
+		return keyspace.KeyInfo{}, notLimiterKey(key, "no \":{\" after the policy")
 	}
 	length := strings.IndexByte(rest[open+1:], '}')
 	if length < 0 {
-		return KeyInfo{}, notLimiterKey(key, "the hash tag is not closed")
+		return keyspace.KeyInfo{}, notLimiterKey(key, "the hash tag is not closed")
 	}
-	info := KeyInfo{Policy: rest[:open-1]}
+	info := keyspace.KeyInfo{Policy: rest[:open-1]}
 	if at := strings.LastIndexByte(info.Policy, '@'); at >= 0 {
 		info.Name, info.Algorithm, info.Policy = info.Policy[:at], info.Policy[at+1:], ""
 		if validName(info.Name) != nil || kindName(info.Algorithm) == info.Algorithm {
-			return KeyInfo{}, notLimiterKey(key, "%q is not a limiter's name and algorithm as the library writes them", rest[:open-1])
+			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a limiter's name and algorithm as the library writes them", rest[:open-1])
 		}
 	} else {
 		info.Algorithm, _, _ = strings.Cut(info.Policy, ":")
@@ -242,110 +190,54 @@ func ParseKey(prefix, key string) (KeyInfo, error) {
 	stored := rest[open+1 : open+1+length]
 	suffix := rest[open+2+length:]
 
-	if isHashedKey(stored) {
+	if keyspace.IsHashed(stored) {
 		info.Caller, info.Hashed = stored, true
-	} else if info.Caller, ok = unescapeKey(stored); !ok || info.Caller == "" {
-		return KeyInfo{}, notLimiterKey(key, "the caller key %q is not escaped as the library escapes it", stored)
+	} else if info.Caller, ok = keyspace.Unescape(stored); !ok || info.Caller == "" {
+		return keyspace.KeyInfo{}, notLimiterKey(key, "the caller key %q is not escaped as the library escapes it", stored)
 	}
 
 	switch {
 	case suffix == "":
-		info.Kind = KeyState
-	case suffix == blockSuffix:
-		info.Kind = KeyBlock
-	case suffix == ticketsSuffix:
-		info.Kind = KeyTickets
-	case strings.HasPrefix(suffix, ticketSuffixText):
-		info.Kind = KeyTicket
-		info.Ticket, ok = unescapeKey(suffix[len(ticketSuffixText):])
+		info.Kind = keyspace.KeyState
+	case suffix == keyspace.BlockSuffix:
+		info.Kind = keyspace.KeyBlock
+	case suffix == keyspace.TicketsSuffix:
+		info.Kind = keyspace.KeyTickets
+	case strings.HasPrefix(suffix, keyspace.TicketInfix):
+		info.Kind = keyspace.KeyTicket
+		info.Ticket, ok = keyspace.Unescape(suffix[len(keyspace.TicketInfix):])
 		if !ok || info.Ticket == "" {
-			return KeyInfo{}, notLimiterKey(key, "bad ticket %q", suffix[len(ticketSuffixText):])
+			return keyspace.KeyInfo{}, notLimiterKey(key, "bad ticket %q", suffix[len(keyspace.TicketInfix):])
 		}
 	default:
-		return KeyInfo{}, notLimiterKey(key, "unknown suffix %q", suffix)
+		return keyspace.KeyInfo{}, notLimiterKey(key, "unknown suffix %q", suffix)
 	}
 
 	if info.Concurrency() {
-		c, err := ParseConcurrency(info.Policy)
+		c, err := parseConcurrency(info.Policy)
 		if err != nil || concurrencyID(c) != info.Policy {
-			return KeyInfo{}, notLimiterKey(key, "%q is not a concurrency policy as the library writes it", info.Policy)
+			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a concurrency policy as the library writes it", info.Policy)
 		}
-		if info.Kind != KeyState {
-			return KeyInfo{}, notLimiterKey(key, "a concurrency limiter keeps no %s keys", info.Kind)
+		if info.Kind != keyspace.KeyState {
+			return keyspace.KeyInfo{}, notLimiterKey(key, "a concurrency limiter keeps no %s keys", info.Kind)
 		}
 		return info, nil
 	}
 	if info.Name == "" {
 		p, err := ParsePolicy(info.Policy)
 		if err != nil || p.spec().id != info.Policy {
-			return KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
+			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
 		}
 	}
-	if (info.Kind == KeyTicket || info.Kind == KeyTickets) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
-		return KeyInfo{}, notLimiterKey(key, "%s keeps no tickets", kindName(info.Algorithm))
+	if (info.Kind == keyspace.KeyTicket || info.Kind == keyspace.KeyTickets) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
+		return keyspace.KeyInfo{}, notLimiterKey(key, "%s keeps no tickets", kindName(info.Algorithm))
 	}
 	return info, nil
 }
 
 func notLimiterKey(key, format string, args ...any) error {
-	return fmt.Errorf("%w: %q: "+format, append([]any{ErrNotLimiterKey, key}, args...)...)
+	return fmt.Errorf("%w: %q: "+format, append([]any{keyspace.ErrNotLimiterKey, key}, args...)...)
 }
-
-// ticketSuffixText is what ticketKey puts between a state key and the
-// ticket; the tests check both agree.
-const ticketSuffixText = ":t:"
 
 // concurrencyID is the short form a ConcurrencyLimiter writes for p.
 func concurrencyID(p Concurrency) string { return fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease) }
-
-// isHashedKey reports a caller key stored by its hash (see stored in
-// keys.go): the mark and the SHA-256 in lowercase hex. An escaped key never
-// starts with the mark, since '%' is always escaped to "%25".
-func isHashedKey(stored string) bool {
-	digits, ok := strings.CutPrefix(stored, hashedKeyMark)
-	if !ok || len(stored) != HashedKeyLen {
-		return false
-	}
-	for i := 0; i < len(digits); i++ {
-		if c := digits[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// unescapeKey undoes the escaping of caller keys and tickets ('%' to
-// "%25", '{' to "%7B", '}' to "%7D"). It accepts only what the escaping
-// produces, so that escaping the result gives back stored exactly: no bare
-// brace, and no '%' but in those three sequences.
-func unescapeKey(stored string) (string, bool) {
-	if !strings.ContainsAny(stored, "%{}") {
-		return stored, true
-	}
-	var b strings.Builder
-	b.Grow(len(stored))
-	for i := 0; i < len(stored); i++ {
-		switch c := stored[i]; c {
-		case '{', '}':
-			return "", false
-		case '%':
-			if i+3 > len(stored) {
-				return "", false
-			}
-			switch stored[i+1 : i+3] {
-			case "25":
-				b.WriteByte('%')
-			case "7B":
-				b.WriteByte('{')
-			case "7D":
-				b.WriteByte('}')
-			default:
-				return "", false
-			}
-			i += 2
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), true
-}

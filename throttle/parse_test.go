@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -65,7 +66,7 @@ func TestParsePolicyRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseKey(%q): %v", l.Key("tenant-42"), err)
 		}
-		if info.Caller != "tenant-42" || info.Kind != throttle.KeyState || info.Hashed || info.Concurrency() {
+		if info.Caller != "tenant-42" || info.Kind != keyspace.KeyState || info.Hashed || info.Concurrency() {
 			t.Errorf("ParseKey(%q) = %+v", l.Key("tenant-42"), info)
 		}
 		got, err := throttle.ParsePolicy(info.Policy)
@@ -114,6 +115,13 @@ func TestParsePolicyForms(t *testing.T) {
 		{"sw:25/1.5s", throttle.SlidingWindow{Limit: 25, Window: 1500 * time.Millisecond}},
 		{"gcra:1/1500us:1", throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Microsecond}, Burst: 1}},
 		{"gcra:1/1.5ms:1", throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 1500 * time.Microsecond}, Burst: 1}},
+		// a bare unit, as the docs write rates
+		{"gcra:10/s:5", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}},
+		{"tb:10/s:5", throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5}},
+		{"lb:600/h:5", throttle.LeakyBucket{Rate: throttle.PerHour(600), Capacity: 5}},
+		{"fw:25/m", throttle.FixedWindow{Limit: 25, Window: time.Minute}},
+		{"sl:25/s", throttle.SlidingLog{Limit: 25, Window: time.Second}},
+		{"sw:3/ms", throttle.SlidingWindow{Limit: 3, Window: time.Millisecond}},
 	} {
 		got, err := throttle.ParsePolicy(tc.in)
 		if err != nil || got != tc.want {
@@ -155,7 +163,7 @@ func TestParsePolicyRejects(t *testing.T) {
 		{"sw:10", "want COUNT/DURATION"},
 		{"GCRA:10/1s:1", "unknown kind"},
 		{" gcra:10/1s:1", "unknown kind"},
-		{"conc:3/30s", "ParseConcurrency"},
+		{"conc:3/30s", "NewConcurrencyLimiter"},
 		{"token-bucket:10/1s:5", "unknown kind"},
 	} {
 		p, err := throttle.ParsePolicy(tc.in)
@@ -181,7 +189,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 	limiters := map[string]*throttle.Limiter{}
 	type found struct {
 		policy, caller string
-		kind           throttle.KeyKind
+		kind           keyspace.KeyKind
 	}
 	want := map[found]bool{}
 	// Slow enough that nothing expires while the test runs on a real Redis.
@@ -199,19 +207,19 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 		limiters[id] = l
 		for _, caller := range callers {
 			allowN(t, l, caller, 1)
-			want[found{id, caller, throttle.KeyState}] = true
+			want[found{id, caller, keyspace.KeyState}] = true
 		}
 		if err := l.BlockFor(ctx, "blocked}", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		want[found{id, "blocked}", throttle.KeyBlock}] = true
+		want[found{id, "blocked}", keyspace.KeyBlock}] = true
 		if l.CanReserveAhead() {
 			r, err := l.ReserveFor(ctx, "booked", throttle.Ticket{ID: "task{7}%", Grace: 10 * time.Hour}, 1, time.Hour)
 			if err != nil || !r.OK {
 				t.Fatalf("ReserveFor: %+v, %v", r, err)
 			}
-			want[found{id, "booked", throttle.KeyTicket}] = true
-			want[found{id, "booked", throttle.KeyTickets}] = true
+			want[found{id, "booked", keyspace.KeyTicket}] = true
+			want[found{id, "booked", keyspace.KeyTickets}] = true
 		}
 	}
 	conc := newConcurrency(t, tg.Client, tg.Prefix, parseConcurrencies[0])
@@ -220,7 +228,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 		t.Fatalf("Acquire: %v, %v", lease, err)
 	}
 	defer lease.Release(ctx)
-	want[found{"conc:3/30s", "exports{1}", throttle.KeyState}] = true
+	want[found{"conc:3/30s", "exports{1}", keyspace.KeyState}] = true
 
 	for _, key := range tg.Keys(t) {
 		info, err := throttle.ParseKey(tg.Prefix, key)
@@ -236,15 +244,15 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 			rebuilt = limiters[info.Policy].Key(info.Caller)
 		}
 		switch info.Kind {
-		case throttle.KeyBlock:
+		case keyspace.KeyBlock:
 			rebuilt += ":block"
-		case throttle.KeyTickets:
+		case keyspace.KeyTickets:
 			rebuilt += ":tickets"
-		case throttle.KeyTicket:
+		case keyspace.KeyTicket:
 			if info.Ticket != "task{7}%" {
 				t.Errorf("ParseKey(%q): ticket %q", key, info.Ticket)
 			}
-			tag := throttle.Tag(info.Ticket)
+			tag := keyspace.Tag(info.Ticket)
 			rebuilt += ":t:" + tag[1:len(tag)-1]
 		}
 		if rebuilt != key || info.Hashed {
@@ -269,10 +277,10 @@ func TestParseKeyHashed(t *testing.T) {
 		t.Fatalf("ParseKey(%q): %v", key, err)
 	}
 	stored := key[strings.IndexByte(key, '{')+1 : len(key)-1]
-	if !info.Hashed || info.Caller != stored || info.Policy != "gcra:10/1s:5" || len(stored) != throttle.HashedKeyLen {
+	if !info.Hashed || info.Caller != stored || info.Policy != "gcra:10/1s:5" || len(stored) != keyspace.HashedLen {
 		t.Errorf("ParseKey(%q) = %+v", key, info)
 	}
-	if info, err := throttle.ParseKey(throttle.DefaultPrefix, key+":block"); err != nil || info.Kind != throttle.KeyBlock || !info.Hashed {
+	if info, err := throttle.ParseKey(throttle.DefaultPrefix, key+":block"); err != nil || info.Kind != keyspace.KeyBlock || !info.Hashed {
 		t.Errorf("ParseKey(%q) = %+v, %v", key+":block", info, err)
 	}
 }
@@ -310,7 +318,7 @@ func TestParseKeyRejects(t *testing.T) {
 		"throttle:gcra:10/1s:5:{" + strings.ToUpper(hash) + "}", // not lower-case hex
 		"throttle:gcra:10/1s:5:{" + hash + "0}",                 // hash too long
 	} {
-		if info, err := throttle.ParseKey(prefix, key); !errors.Is(err, throttle.ErrNotLimiterKey) {
+		if info, err := throttle.ParseKey(prefix, key); !errors.Is(err, keyspace.ErrNotLimiterKey) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotLimiterKey", key, info, err)
 		}
 	}
@@ -387,7 +395,7 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
 		info, err := throttle.ParseKey(prefix, key)
 		if err != nil {
-			if !errors.Is(err, throttle.ErrNotLimiterKey) {
+			if !errors.Is(err, keyspace.ErrNotLimiterKey) {
 				t.Fatalf("ParseKey(%q): %v does not wrap ErrNotLimiterKey", key, err)
 			}
 			return
@@ -420,12 +428,12 @@ func FuzzParseKey(f *testing.F) {
 			rebuilt = rebuilt[:open] + "{" + info.Caller + "}"
 		}
 		switch info.Kind {
-		case throttle.KeyBlock:
+		case keyspace.KeyBlock:
 			rebuilt += ":block"
-		case throttle.KeyTickets:
+		case keyspace.KeyTickets:
 			rebuilt += ":tickets"
-		case throttle.KeyTicket:
-			tag := throttle.Tag(info.Ticket)
+		case keyspace.KeyTicket:
+			tag := keyspace.Tag(info.Ticket)
 			rebuilt += ":t:" + tag[1:len(tag)-1]
 		}
 		if rebuilt != key {
@@ -466,11 +474,11 @@ func TestParseKeyOfNamedLimiters(t *testing.T) {
 	tg := redistest.Embedded(t)
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithName("partner-api"))
 	info, err := throttle.ParseKey(tg.Prefix, l.Key("tenant{1}"))
-	if err != nil || info.Name != "partner-api" || info.Algorithm != "gcra" || info.Policy != "" || info.Caller != "tenant{1}" || info.Kind != throttle.KeyState {
+	if err != nil || info.Name != "partner-api" || info.Algorithm != "gcra" || info.Policy != "" || info.Caller != "tenant{1}" || info.Kind != keyspace.KeyState {
 		t.Errorf("ParseKey(%q) = %+v, %v", l.Key("tenant{1}"), info, err)
 	}
 	for _, bad := range []string{"partner-api@nope:{t}", "@gcra:{t}", "a{b@gcra:{t}", "partner-api@lb:{t}:tickets"} {
-		if _, err := throttle.ParseKey(tg.Prefix, tg.Prefix+bad); !errors.Is(err, throttle.ErrNotLimiterKey) {
+		if _, err := throttle.ParseKey(tg.Prefix, tg.Prefix+bad); !errors.Is(err, keyspace.ErrNotLimiterKey) {
 			t.Errorf("ParseKey(%q) = %v, want ErrNotLimiterKey", bad, err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Reservation is capacity booked by [Limiter.Reserve] or [Limiter.ReserveFor]:
+// Reservation is capacity booked by [Limiter.Reserve]:
 // the caller may start its n units at StartAt, and the capacity is already
 // taken, so starting needs no further call to Redis. A Reservation's
 // methods are safe for concurrent use.
@@ -25,21 +25,12 @@ type Reservation struct {
 	// allows. Zero when not OK.
 	StartAt time.Time
 
-	// Slot is the same instant on the Redis server's clock, exact to the
-	// microsecond: compare Slots with each other, not with this process's
-	// clock. Zero when not OK or Degraded.
-	Slot time.Time
-
 	// RetryAfter is 0 when OK; otherwise how far the needed delay exceeds
 	// the longest delay the caller accepted.
 	RetryAfter time.Duration
 
 	// Limit is the policy's Burst, Remaining the units still free now.
 	Limit, Remaining int
-
-	// Reused reports that ReserveFor found the ticket's standing booking
-	// and returned it instead of booking again.
-	Reused bool
 
 	// Degraded reports a reservation granted without Redis under
 	// [FailOpen]: OK with no delay, and nothing to cancel.
@@ -59,6 +50,12 @@ type Reservation struct {
 	serverTime, serverStart int64
 	// cause is the Redis failure behind a Degraded reservation.
 	cause error
+	// slot is StartAt on the Redis server's clock, exact to the
+	// microsecond; zero when not OK or Degraded.
+	slot time.Time
+	// reused reports that a ticketed booking found the ticket's standing
+	// booking and returned it instead of booking again.
+	reused bool
 
 	mu        sync.Mutex
 	cancelled bool
@@ -75,28 +72,18 @@ const maxReserveDelay = maxSpan
 // time, finds the capacity it booked: no thundering herd of retries.
 //
 // Only [TokenBucket] and [GCRA] book future slots: their state can go into
-// debt up to maxDelay ([Limiter.CanReserveAhead]). The other policies book
+// debt up to maxDelay. The other policies book
 // the present only: Reserve with maxDelay 0 is AllowN that can be taken
 // back with Cancel, and a longer maxDelay fails with [ErrNotSupported]. A
 // negative maxDelay fails with [ErrInvalidDelay]. When Redis cannot answer,
 // the failure policy decides: [FailOpen] grants a Degraded reservation.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.Duration) (*Reservation, error) {
-	return l.reserve(ctx, key, Ticket{}, n, maxDelay)
+	return l.reserve(ctx, key, ticket{}, n, maxDelay)
 }
 
-// Ticket names a caller that books now and comes to claim its booking later,
-// such as a queued task: ID identifies it (a task ID). Grace is how long
-// after its slot has started a new booking may still be claimed, for a
-// caller whose arrival is not exact (asynq delivers tasks in whole seconds);
-// it is kept with the booking, so the Grace of a later, claiming call does
-// not matter. With Grace 0 a booking can be claimed only until its slot
-// starts: a caller arriving later books anew.
-//
-// NotBefore makes a new booking start no sooner than that long from now,
-// for a caller that cannot arrive sooner (a task that must travel through
-// a queue first). TokenBucket and GCRA keep one instant per key, so the
-// capacity until then goes unused: later requests queue behind the slot.
-type Ticket struct {
+// ticket names a caller that books now and comes to claim its booking
+// later, such as a queued task (see gate.Ticket, which the worker fills).
+type ticket struct {
 	ID        string
 	Grace     time.Duration
 	NotBefore time.Duration
@@ -107,29 +94,26 @@ type Ticket struct {
 	at int64
 }
 
-// ReserveFor is Reserve on behalf of a caller that will ask again later,
+// reserveFor is Reserve on behalf of a caller that will ask again later,
 // such as a task that is enqueued now to run at its slot. Until the
 // booking's grace after its slot's start, asking again with the same ticket
-// ID returns that booking, marked Reused (with Delay 0 once the slot has
-// started), instead of booking anew: the task finds its slot waiting. The ticket lives in
-// Redis, in the key's Cluster slot, until then. Only [TokenBucket] and
-// [GCRA] keep tickets; the other policies ignore them. An empty ticket ID
-// fails with [ErrInvalidKey], a negative Grace with [ErrInvalidDelay].
-func (l *Limiter) ReserveFor(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
-	if ticket.ID == "" {
+// ID returns that booking, marked reused (with Delay 0 once the slot has
+// started), instead of booking anew: the task finds its slot waiting. The
+// ticket lives in Redis, in the key's Cluster slot, until then. Only
+// [TokenBucket] and [GCRA] keep tickets; the other policies ignore them. An
+// empty ticket ID fails with [ErrInvalidKey], a negative Grace with
+// [ErrInvalidDelay].
+func (l *Limiter) reserveFor(ctx context.Context, key string, t ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+	if t.ID == "" {
 		return nil, fmt.Errorf("%w: empty ticket ID", ErrInvalidKey)
 	}
-	if ticket.Grace < 0 || ticket.NotBefore < 0 {
-		return nil, fmt.Errorf("%w: a ticket's grace and not-before must not be negative, got %s and %s", ErrInvalidDelay, ticket.Grace, ticket.NotBefore)
+	if t.Grace < 0 || t.NotBefore < 0 {
+		return nil, fmt.Errorf("%w: a ticket's grace and not-before must not be negative, got %s and %s", ErrInvalidDelay, t.Grace, t.NotBefore)
 	}
-	return l.reserve(ctx, key, ticket, n, maxDelay)
+	return l.reserve(ctx, key, t, n, maxDelay)
 }
 
-// CanReserveAhead reports whether Reserve can book slots that start later
-// (TokenBucket and GCRA), rather than only the present.
-func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
-
-func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+func (l *Limiter) reserve(ctx context.Context, key string, ticket ticket, n int, maxDelay time.Duration) (*Reservation, error) {
 	start := l.began()
 	res, err := l.book(ctx, key, ticket, n, maxDelay)
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
@@ -143,7 +127,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket Ticket, n int,
 }
 
 // book validates a reservation and runs its script.
-func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+func (l *Limiter) book(ctx context.Context, key string, t ticket, n int, maxDelay time.Duration) (*Reservation, error) {
 	sp, err := l.specFor(ctx, key)
 	if err != nil {
 		return nil, err
@@ -156,19 +140,19 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	case maxDelay < 0:
 		return nil, fmt.Errorf("%w: the longest delay must not be negative, got %s", ErrInvalidDelay, maxDelay)
 	case l.spec.reservable:
-		extra = []string{itoa(sp.ticks(maxDelay)), itoa(sp.ticks(ticket.Grace)), itoa(sp.ticks(ticket.NotBefore)), itoa(ticket.at)}
+		extra = []string{itoa(sp.ticks(maxDelay)), itoa(sp.ticks(t.Grace)), itoa(sp.ticks(t.NotBefore)), itoa(t.at)}
 	case maxDelay > 0:
 		return nil, fmt.Errorf("%w: %T books only the present (maxDelay 0); use GCRA or TokenBucket to book ahead", ErrNotSupported, l.spec.policy)
 	default:
-		ticket = Ticket{}
+		t = ticket{}
 	}
 	var reply reply
-	if ticket.at > 0 {
+	if t.at > 0 {
 		// Booked for the worker at an instant: after the key's starts too.
-		keys, args := l.scriptArgs(sp, modeReserve, key, ticket.ID, n, extra...)
+		keys, args := l.scriptArgs(sp, modeReserve, key, t.ID, n, extra...)
 		reply, err = l.eval(ctx, meterBookingScript, append(keys, keys[0]+startsSuffix), args)
 	} else {
-		reply, err = l.runTicket(ctx, sp, modeReserve, key, ticket.ID, n, extra...)
+		reply, err = l.runTicket(ctx, sp, modeReserve, key, t.ID, n, extra...)
 	}
 	if err != nil {
 		if l.failOpen(ctx, err) {
@@ -178,7 +162,7 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	}
 	received := time.Now()
 	r := resultOf(reply, sp.capacity)
-	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: ticket.ID, n: n, sp: sp}
+	res := &Reservation{OK: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, limiter: l, key: key, ticket: t.ID, n: n, sp: sp}
 	if !res.OK {
 		res.RetryAfter = r.RetryAfter
 		return res, nil
@@ -188,9 +172,9 @@ func (l *Limiter) book(ctx context.Context, key string, ticket Ticket, n int, ma
 	}
 	res.Delay, res.StartAt = r.RetryAfter, received.Add(r.RetryAfter)
 	res.undo = [2]int64{reply.v[5], reply.v[6]}
-	res.Reused = reply.n > 7 && reply.v[7] == 1
+	res.reused = reply.n > 7 && reply.v[7] == 1
 	res.serverTime, res.serverStart = r.serverTime, r.serverTime+reply.v[2]
-	res.Slot = time.UnixMicro(res.serverStart)
+	res.slot = time.UnixMicro(res.serverStart)
 	return res, nil
 }
 

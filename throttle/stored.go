@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -199,7 +200,7 @@ func storedField(name string, callerKey []string) (string, error) {
 // storedPolicyKey returns the key of the hash of the policies stored for
 // the limiters named name.
 func storedPolicyKey(prefix, name string) string {
-	return prefix + "policy:" + Tag(name)
+	return prefix + "policy:" + keyspace.Tag(name)
 }
 
 // validName checks a limiter's name: it goes into Redis keys.

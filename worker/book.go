@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 )
 
 // Booking is when a booked task may start.
@@ -52,7 +52,7 @@ func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDela
 		return Booking{StartAt: time.Now()}, nil
 	}
 	for _, r := range rules {
-		if r.limiter == nil || !r.limiter.CanReserveAhead() {
+		if r.limiter == nil || !gate.Meter(r.limiter) {
 			continue
 		}
 		key, err := r.key(ctx, at)
@@ -65,12 +65,12 @@ func (t *Throttler) Book(ctx context.Context, at *asynq.Task, id string, maxDela
 		// The task needs the lead to travel through asynq to a worker: its
 		// slot starts no sooner, and stays claimable that long after its
 		// start in case asynq hands it over late.
-		ticket := throttle.Ticket{ID: ticketID(id, 0), Grace: t.lead(), NotBefore: t.lead()}
+		ticket := gate.Ticket{ID: ticketID(id, 0), Grace: t.lead(), NotBefore: t.lead()}
 		cost, err := r.costOf(ctx, at)
 		if err != nil {
 			return Booking{}, fmt.Errorf("worker: rule %q: task cost: %w", r.name, err)
 		}
-		res, err := r.limiter.ReserveFor(ctx, key, ticket, cost, maxDelay)
+		res, err := gate.ReserveFor(ctx, r.limiter, key, ticket, cost, maxDelay)
 		if err != nil {
 			return Booking{}, err
 		}

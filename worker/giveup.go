@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/scripts"
-	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 var throttledTaskScript = scripts.Load(scriptFiles, "lua/assembled/throttled_task.lua")
@@ -19,7 +19,7 @@ const minCountRetention = 24 * time.Hour
 // the count and the time since the first.
 func (t *Throttler) countThrottle(ctx context.Context, rule *Rule, origin string) (int, time.Duration, error) {
 	keep := max(rule.giveUp.MaxThrottledTime, minCountRetention)
-	key := t.cfg.prefix + "worker:task:" + throttle.Tag(origin)
+	key := t.cfg.prefix + "worker:task:" + keyspace.Tag(origin)
 	var reply []int64
 	err := bounded.Call(ctx, func(ctx context.Context) error {
 		var err error

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -89,7 +90,7 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: a rule needs a name", ErrInvalidRule)
 	case r.match == nil:
 		return fmt.Errorf("%w: rule %q has no matcher", ErrInvalidRule, r.name)
-	case r.fair != nil && (r.limiter == nil || !r.limiter.CanReserveAhead()):
+	case r.fair != nil && (r.limiter == nil || !gate.Meter(r.limiter)):
 		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
 	case r.cost != nil && r.conc != nil:
 		return fmt.Errorf("%w: rule %q: Cost applies to rate rules; a concurrency rule counts tasks", ErrInvalidRule, r.name)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/gate"
-	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 // ticketGrace is how long after its slot a booking of the lead meter may
@@ -205,7 +204,7 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 			// Asked again with its ticket and no room to wait, the limiter
 			// returns the standing booking (or, if there is none, books the
 			// present if it can): either way, cancelling it gives it back.
-			if res, err := rule.limiter.ReserveFor(ctx, tk.keys[i], throttle.Ticket{ID: tk.ticket}, tk.costs[i], 0); err == nil && res.OK {
+			if res, err := gate.ReserveFor(ctx, rule.limiter, tk.keys[i], gate.Ticket{ID: tk.ticket}, tk.costs[i], 0); err == nil && res.OK {
 				_ = res.Cancel(ctx)
 			}
 		case roomMeter:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/lead"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -133,10 +134,10 @@ func (t *Throttler) Configure(cfg *asynq.Config) {
 	cfg.RetryDelayFunc = RetryDelayFunc(cfg.RetryDelayFunc)
 	cfg.IsFailure = IsFailureFunc(cfg.IsFailure)
 	if cfg.DelayedTaskCheckInterval <= 0 {
-		cfg.DelayedTaskCheckInterval = DefaultForwarderInterval
+		cfg.DelayedTaskCheckInterval = defaultForwarderInterval
 	}
 	if cfg.TaskCheckInterval <= 0 {
-		cfg.TaskCheckInterval = DefaultPollInterval
+		cfg.TaskCheckInterval = defaultPollInterval
 	}
 	t.forwarder.Store(int64(cfg.DelayedTaskCheckInterval))
 	t.poll.Store(int64(cfg.TaskCheckInterval))
@@ -155,14 +156,14 @@ func (t *Throttler) NewServer(cfg asynq.Config) *asynq.Server {
 // What Configure sets asynq's DelayedTaskCheckInterval and TaskCheckInterval
 // to when they are unset.
 const (
-	DefaultForwarderInterval = 250 * time.Millisecond
-	DefaultPollInterval      = 100 * time.Millisecond
+	defaultForwarderInterval = 250 * time.Millisecond
+	defaultPollInterval      = 100 * time.Millisecond
 )
 
-// Lead is how long before its slot a task should be due in asynq to reach a
-// worker by then, with the intervals Configure saw (asynq's defaults until
-// it is called): see lead.
-func (t *Throttler) Lead() time.Duration { return t.lead() }
+// The scheduler delivers paced tasks this long before their slots.
+func init() {
+	lead.Of = func(throttler any) time.Duration { return throttler.(*Throttler).lead() }
+}
 
 // lead is how long before its slot a rescheduled task is sent back, so that
 // a worker has it by then: a second for the whole-second retry times asynq

@@ -71,7 +71,7 @@ func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 		IsFailure:      func(err error) bool { return !errors.Is(err, userErr) },
 	}
 	th.Configure(&cfg)
-	if cfg.DelayedTaskCheckInterval != worker.DefaultForwarderInterval || cfg.TaskCheckInterval != worker.DefaultPollInterval {
+	if cfg.DelayedTaskCheckInterval != 250*time.Millisecond || cfg.TaskCheckInterval != 100*time.Millisecond {
 		t.Errorf("DelayedTaskCheckInterval %s, TaskCheckInterval %s; want the defaults", cfg.DelayedTaskCheckInterval, cfg.TaskCheckInterval)
 	}
 	task := asynq.NewTask("x", nil)

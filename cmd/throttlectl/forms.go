@@ -17,7 +17,7 @@ import (
 // parseRatePolicy reads a rate policy with throttle.ParsePolicy, after
 // giving a bare unit its count: "10/s" is "10/1s".
 func parseRatePolicy(s string) (throttle.Policy, error) {
-	return throttle.ParsePolicy(withUnitCount(s))
+	return throttle.ParsePolicy(s)
 }
 
 // withUnitCount writes the period of a policy's "COUNT/PERIOD" part with a

@@ -110,13 +110,27 @@ type Released struct {
 	Back []string
 }
 
-// Booking is what BookAt booked.
+// Booking is what BookAt or ReserveFor booked.
 type Booking struct {
 	OK         bool
 	Slot       time.Time // its start on the Redis clock (OK)
+	StartAt    time.Time // its start on this process's clock (ReserveFor, OK)
 	RetryAfter time.Duration
 	// Cancel gives it back (see throttle's Reservation.Cancel).
 	Cancel func(ctx context.Context) error
+}
+
+// Ticket names a caller that books now and comes to claim its booking
+// later, such as a queued task: ID identifies it (a task ID). Grace is how
+// long after its slot has started a new booking may still be claimed, for
+// a caller whose arrival is not exact (asynq delivers tasks in whole
+// seconds); it is kept with the booking. NotBefore makes a new booking
+// start no sooner than that long from now, for a caller that cannot arrive
+// sooner (a task that must travel through a queue first).
+type Ticket struct {
+	ID        string
+	Grace     time.Duration
+	NotBefore time.Duration
 }
 
 // The meters' side, set by package throttle. limiter is a
@@ -156,6 +170,11 @@ var (
 	// with no room by then it books nothing and says how much longer the
 	// wait would be. A standing booking of the ticket is returned as it is.
 	BookAt func(ctx context.Context, limiter any, key, ticket string, n int, at time.Time, slack, grace time.Duration) (Booking, error)
+	// ReserveFor is a *throttle.Limiter's Reserve on behalf of a caller
+	// that will ask again with the same ticket: until the booking's grace
+	// after its slot's start, asking again returns that booking rather than
+	// booking anew. Only TokenBucket and GCRA keep tickets (see Meter).
+	ReserveFor func(ctx context.Context, limiter any, key string, t Ticket, n int, maxDelay time.Duration) (Booking, error)
 	// LeaveRoom removes a waiter, or a release nobody came for.
 	LeaveRoom func(ctx context.Context, limiter any, key, waiter string) error
 	// CapWait stands waiter in the line of a *throttle.ConcurrencyLimiter's
