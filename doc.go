@@ -17,6 +17,6 @@
 //     decisions.
 //
 // cmd/worker-demo runs a small fleet on an embedded Redis; cmd/throttlectl
-// shows and resets throttle state. See README.md, RELIABILITY.md and
-// BENCHMARKS.md.
+// shows and resets throttle state. See README.md, and docs/ for the
+// details (docs/reliability.md, docs/benchmarks.md).
 package jobthrottle

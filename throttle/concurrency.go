@@ -36,9 +36,9 @@ func (p Concurrency) Validate() error {
 	return checkSpan("Concurrency.Lease", p.Lease, 10*time.Millisecond)
 }
 
-// Heartbeat is how often a held Lease is renewed: a third of the lease, so
+// heartbeat is how often a held Lease is renewed: a third of the lease, so
 // that two renewals may fail before the slot is lost.
-func (p Concurrency) Heartbeat() time.Duration { return p.Lease / 3 }
+func (p Concurrency) heartbeat() time.Duration { return p.Lease / 3 }
 
 // Concurrency script modes (ARGV[1]).
 const (

@@ -85,3 +85,6 @@ var (
 
 // CanReserveAhead reports a policy that books later slots (gate.Meter).
 func (l *Limiter) CanReserveAhead() bool { return l.spec.reservable }
+
+// Heartbeat is how often a held Lease is renewed.
+func (p Concurrency) Heartbeat() time.Duration { return p.heartbeat() }

@@ -8,7 +8,7 @@ import (
 )
 
 // Lease is one held slot of a [ConcurrencyLimiter]. While it is held, a
-// goroutine renews it every [Concurrency.Heartbeat]; Release frees the slot
+// goroutine renews it every third of the lease; Release frees the slot
 // and stops the renewals. Its methods are safe for concurrent use.
 type Lease struct {
 	limiter  *ConcurrencyLimiter
@@ -45,7 +45,7 @@ func startLease(c *ConcurrencyLimiter, key, holder string, sent time.Time) *Leas
 		stopped: make(chan struct{}),
 		lost:    make(chan struct{}),
 	}
-	go l.renew(c.policy.Heartbeat(), c.policy.Lease, sent)
+	go l.renew(c.policy.heartbeat(), c.policy.Lease, sent)
 	return l
 }
 

@@ -24,7 +24,7 @@ import (
 // The kill lands while the workers wait in their handlers, when no write of
 // asynq's own is in flight: a kill in the middle of asynq's write of a
 // task's outcome can make asynq run that task again after its lease (asynq
-// is at-least-once; see RELIABILITY.md), which no middleware can prevent.
+// is at-least-once; see docs/reliability.md), which no middleware can prevent.
 func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
