@@ -2,8 +2,6 @@ package metrics_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -12,7 +10,11 @@ import (
 // must not pull in asynq or cron (nor the packages built on them); its
 // subpackage workermetrics does, which shows that the check sees them.
 func TestNoAsynqDependency(t *testing.T) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts the go command that runs it first on the PATH
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is not on the PATH go test gives: %v", err)
+	}
 	const metrics, workermetrics = "github.com/jobthrottle/jobthrottle/metrics", "github.com/jobthrottle/jobthrottle/metrics/workermetrics"
 	out, err := exec.Command(goBin, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, metrics, workermetrics).Output()
 	if err != nil {
