@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -73,23 +74,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case errors.As(err, &parseErr):
 		return 2 // the flag package has said what was wrong
 	case err != nil:
-		fmt.Fprintln(stderr, "worker-demo:", err)
+		printWrapped(stderr, "worker-demo: "+err.Error())
 		return 2
 	}
 	term := detectTerminal(stdout, opts.plain, getenv)
 	d, err := startDemo(opts)
 	if err != nil {
-		fmt.Fprintln(stderr, "worker-demo:", err)
+		printWrapped(stderr, "worker-demo: "+err.Error())
 		return 2
 	}
 	defer func() {
 		removed, err := d.stop()
 		switch {
 		case err != nil:
-			fmt.Fprintln(stderr, "worker-demo:", err)
+			printWrapped(stderr, "worker-demo: "+err.Error())
 			code = max(code, 1)
 		case d.mini == nil:
-			fmt.Fprintf(stdout, "Removed the demo's %d keys from the Redis at %s.\n", removed, d.addr)
+			printWrapped(stdout, fmt.Sprintf("Removed the demo's %d keys from the Redis at %s.", removed, d.addr))
 		}
 	}()
 	d.introduce(stdout)
@@ -119,10 +120,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 }
 
 // introduce says where the demo keeps its keys and how to watch its
-// limiters with throttlectl while it runs.
+// limiters with throttlectl while it runs. Each line fits defaultWidth but
+// the command, which has one of its own (so it can be copied whole) and
+// fits too for a Redis on loopback.
 func (d *demo) introduce(out io.Writer) {
-	fmt.Fprintf(out, "Keys: prefix %s, asynq queue %s, on the %s.\n", d.prefix, d.queue, d.redisName())
+	fmt.Fprintf(out, "Keys: prefix %s, asynq queue %s,\n", d.prefix, d.queue)
+	printWrapped(out, fmt.Sprintf("on the %s.", d.redisName()))
 	fmt.Fprintf(out, "Watch its limiters from another terminal (add --all for every key):\n  %s\n\n", d.watchCommand())
+}
+
+// printWrapped prints s wrapped to defaultWidth, the lines after the first
+// indented by two spaces.
+func printWrapped(out io.Writer, s string) {
+	fmt.Fprintln(out, strings.Join(wrap(s, defaultWidth, "  "), "\n"))
 }
 
 // watchCommand is the throttlectl command line that lists the demo's
@@ -150,7 +160,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.plain, "plain", false, "plain output even on a terminal (it is plain when stdout is not one)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: worker-demo [flags]\n\nRuns a fleet of asynq servers held to fleet-wide limits and checks they held.\n\nflags:")
+		// The flag package puts each flag's text after "    \t", which a
+		// terminal shows at column 8; wrap it to end by column 80.
+		var defaults strings.Builder
+		fs.SetOutput(&defaults)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
+		const textPrefix = "    \t"
+		for _, line := range strings.Split(strings.TrimSuffix(defaults.String(), "\n"), "\n") {
+			if text, ok := strings.CutPrefix(line, textPrefix); ok {
+				for _, part := range wrap(text, defaultWidth-8, "") {
+					fmt.Fprintln(stderr, textPrefix+part)
+				}
+				continue
+			}
+			fmt.Fprintln(stderr, line)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

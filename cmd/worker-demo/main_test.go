@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -26,8 +28,10 @@ func TestDemoHoldsThePolicy(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
 	}
 	for _, want := range []string{
-		"ok    every task processed exactly once: 144 of 144 tasks ran, 0 more than once",
-		"its fair share", // measured, not skipped for a short backlog
+		"ok    every task processed exactly once: 144 of 144 ran, 0 more than once",
+		"ok    tenant acme",      // its highest rate, first call and fair share
+		"ok    overall         ", // the highest rate at the partner in all
+		"its fair share",         // measured, not skipped for a short backlog
 		"ok    asynq: 0 failed, 0 archived",
 		"\nThe fleet held the policy.\n",
 	} {
@@ -50,10 +54,42 @@ func TestDemoHoldsThePolicy(t *testing.T) {
 	if !want.MatchString(watch) {
 		t.Errorf("watch command %q, want it to match %s", watch, want)
 	}
+	// Every line fits 80 columns: the intro, the progress lines, the
+	// summary and the last word on the keys. The throttlectl command is
+	// one line to copy whole; it fits for a Redis on loopback, and is let
+	// off for a longer address.
+	var longCommand []string
+	if len(os.Getenv("REDIS_ADDR")) > len("127.0.0.1:65535") {
+		longCommand = append(longCommand, "  "+watch)
+	}
+	checkFits(t, "stdout", out.String(), longCommand...)
+	checkFits(t, "stderr", errs.String())
+}
+
+// checkFits fails t for each line of out, but the except ones, that takes
+// more than defaultWidth columns: runes, escape sequences none, a tab up to
+// the next multiple of 8.
+func checkFits(t *testing.T, name, out string, except ...string) {
+	t.Helper()
+	for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if slices.Contains(except, line) {
+			continue
+		}
+		columns := 0
+		for _, r := range anyEscape.ReplaceAllString(line, "") {
+			columns++
+			if r == '\t' {
+				columns = (columns + 7) / 8 * 8
+			}
+		}
+		if columns > defaultWidth {
+			t.Errorf("%s line %d takes %d columns, over %d: %q", name, i+1, columns, defaultWidth, line)
+		}
+	}
 }
 
 var (
-	keysLine  = regexp.MustCompile(`(?m)^Keys: prefix jtdemo:([0-9a-f]{8}):, asynq queue demo-([0-9a-f]{8}), on the (embedded )?Redis \S+\.$`)
+	keysLine  = regexp.MustCompile(`(?m)^Keys: prefix jtdemo:([0-9a-f]{8}):, asynq queue demo-([0-9a-f]{8}),\non the (embedded )?Redis \S+\.$`)
 	watchLine = regexp.MustCompile(`(?m)^  (go run \./cmd/throttlectl .*)$`)
 )
 
@@ -86,9 +122,16 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		if code := run(context.Background(), args, &out, &errs, noEnv); code != 2 || errs.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errs.String())
 		}
+		checkFits(t, fmt.Sprint(args), errs.String())
 	}
 	var out, errs bytes.Buffer
 	if code := run(context.Background(), []string{"--help"}, &out, &errs, noEnv); code != 0 || !strings.Contains(errs.String(), "-algorithm") {
 		t.Errorf("--help: exit %d, %q", code, errs.String())
+	}
+	checkFits(t, "--help", errs.String())
+	for _, name := range []string{"-tasks", "gcra", "fixed-window", "(default 30s)"} {
+		if !strings.Contains(errs.String(), name) {
+			t.Errorf("--help lacks %q:\n%s", name, errs.String())
+		}
 	}
 }

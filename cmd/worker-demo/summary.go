@@ -22,6 +22,18 @@ func (s *summary) check(ok bool, format string, args ...any) {
 	s.lines = append(s.lines, mark+"  "+fmt.Sprintf(format, args...))
 }
 
+// note adds a line that checks nothing: a heading or a figure.
+func (s *summary) note(format string, args ...any) {
+	s.lines = append(s.lines, summaryIndent+fmt.Sprintf(format, args...))
+}
+
+// summaryWidth is the most runes a line of the summary takes; a longer
+// line is wrapped, its rest indented under its text.
+const (
+	summaryWidth  = defaultWidth
+	summaryIndent = "      " // the width of "ok    " and "FAIL  "
+)
+
 // summarize checks the run: every task ran exactly once, no second at the
 // partner above what the policy allows, the export cap held, and asynq saw
 // nothing fail or archived.
@@ -37,16 +49,18 @@ func (d *demo) summarize() summary {
 		}
 	}
 	want := d.opts.tasks + d.opts.batch + d.opts.exports
-	s.check(total == want && twice == 0, "every task processed exactly once: %d of %d tasks ran, %d more than once", total, want, twice)
+	s.check(total == want && twice == 0, "every task processed exactly once: %d of %d ran, %d more than once", total, want, twice)
+	algo := d.opts.algorithm.name
 	allows, why := d.opts.algorithm.allows(d.opts.tenantRate)
+	s.note("Highest rate at the partner (%s allows %s):", algo, why)
 	for _, t := range tenantNames() {
 		most := mostInAnySecond(d.partner.arrivals(t))
-		s.check(most <= allows, "tenant %-8s highest rate at the partner: %2d calls in one second; %s %d/s allows %d (%s)",
-			t, most, d.opts.algorithm.name, d.opts.tenantRate, allows, why)
+		s.check(most <= allows, "%-15s %2d calls in one second; %s %d/s allows %d",
+			"tenant "+t, most, algo, d.opts.tenantRate, allows)
 	}
 	allAllows, _ := d.opts.algorithm.allows(d.opts.overallRate)
 	most := mostInAnySecond(d.partner.arrivals(""))
-	s.check(most <= allAllows, "overall        highest rate at the partner: %2d calls in one second; %d/s allows %d", most, d.opts.overallRate, allAllows)
+	s.check(most <= allAllows, "%-15s %2d calls in one second; %d/s allows %d", "overall", most, d.opts.overallRate, allAllows)
 	d.checkFairness(&s)
 	s.check(int(d.mostExp.Load()) <= d.opts.exportCap, "exports at once: at most %d, cap %d", d.mostExp.Load(), d.opts.exportCap)
 	throttled := fmt.Sprintf("throttled tasks: %d waited inline, %d rescheduled, %d given up", sum(d.waited), sum(d.resched), d.gaveUp)
@@ -57,7 +71,8 @@ func (d *demo) summarize() summary {
 	} else {
 		s.check(info.Failed == 0 && info.Archived == 0, "asynq: %d failed, %d archived", info.Failed, info.Archived)
 	}
-	s.lines = append(s.lines, "      "+throttled, fmt.Sprintf("      run took %s", took))
+	s.note("%s", throttled)
+	s.note("run took %s", took)
 	if s.held {
 		s.lines = append(s.lines, "The fleet held the policy.")
 	} else {
@@ -81,10 +96,11 @@ const newcomerWithin = 2 * time.Second
 // behind another's backlog. d.mu is held.
 func (d *demo) checkFairness(s *summary) {
 	if !d.opts.algorithm.meter {
-		s.lines = append(s.lines, fmt.Sprintf("      fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", d.opts.algorithm.name))
+		s.note("fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", d.opts.algorithm.name)
 		return
 	}
 	var start, end time.Time
+	s.note("First call after the tasks went in, behind no other tenant's backlog:")
 	for _, t := range tenantNames() {
 		calls := d.partner.arrivals(t)
 		if len(calls) == 0 {
@@ -92,8 +108,7 @@ func (d *demo) checkFairness(s *summary) {
 			return
 		}
 		first := calls[0].Sub(d.enqueued)
-		s.check(first <= newcomerWithin, "tenant %-8s first call %s after the tasks went in (within %s, behind no other tenant's backlog)",
-			t, first.Round(time.Millisecond), newcomerWithin)
+		s.check(first <= newcomerWithin, "%-15s %5s; within %s", "tenant "+t, first.Round(time.Millisecond), newcomerWithin)
 		start = later(start, calls[0])
 		if last := calls[len(calls)-1]; end.IsZero() || last.Before(end) {
 			end = last
@@ -101,12 +116,13 @@ func (d *demo) checkFairness(s *summary) {
 	}
 	span := end.Sub(start)
 	if span < 2*time.Second {
-		s.lines = append(s.lines, fmt.Sprintf("      fair shares: not checked (every tenant had calls left for only %s; give more --tasks)", span.Round(time.Millisecond)))
+		s.note("fair shares: not checked (every tenant had calls left for only %s; give more --tasks)", span.Round(time.Millisecond))
 		return
 	}
 	n := len(tenantNames())
 	fair := min(float64(d.opts.tenantRate), float64(d.opts.overallRate)/float64(n))
 	total := 0.0
+	s.note("Rate while every tenant had calls left (%s), and its fair share:", span.Round(time.Millisecond))
 	for _, t := range tenantNames() {
 		got := 0
 		for _, at := range d.partner.arrivals(t) {
@@ -116,24 +132,25 @@ func (d *demo) checkFairness(s *summary) {
 		}
 		rate := float64(got) / span.Seconds()
 		total += rate
-		s.check(rate >= fair*(1-fairWithin) && rate <= fair*(1+fairWithin), "tenant %-8s %4.1f calls/s while every tenant had calls left (%s); its fair share %.1f/s ± %.0f%%",
-			t, rate, span.Round(time.Millisecond), fair, fairWithin*100)
+		s.check(rate >= fair*(1-fairWithin) && rate <= fair*(1+fairWithin), "%-15s %4.1f calls/s; its fair share %.1f/s ± %.0f%%",
+			"tenant "+t, rate, fair, fairWithin*100)
 	}
-	s.lines = append(s.lines, fmt.Sprintf("      overall %.1f calls/s meanwhile, of %d/s", total, d.opts.overallRate))
+	s.note("%-15s %4.1f calls/s meanwhile, of %d/s", "overall", total, d.opts.overallRate)
 }
 
-// write prints the summary; with color, its ok and FAIL marks in green and
-// red.
+// write prints the summary, each line wrapped to summaryWidth; with color,
+// its ok and FAIL marks in green and red.
 func (s summary) write(out io.Writer, color bool) {
-	lines := make([]string, len(s.lines))
-	for i, line := range s.lines {
+	var lines []string
+	for _, line := range s.lines {
+		wrapped := wrap(line, summaryWidth, summaryIndent)
 		switch {
 		case strings.HasPrefix(line, "ok  "):
-			line = paint(color, green, "ok") + line[2:]
+			wrapped[0] = paint(color, green, "ok") + wrapped[0][2:]
 		case strings.HasPrefix(line, "FAIL"):
-			line = paint(color, red, "FAIL") + line[4:]
+			wrapped[0] = paint(color, red, "FAIL") + wrapped[0][4:]
 		}
-		lines[i] = line
+		lines = append(lines, wrapped...)
 	}
 	fmt.Fprintf(out, "\nSummary\n%s\n", strings.Join(lines, "\n"))
 }

@@ -145,3 +145,37 @@ func escapeEnd(s string, i int) int {
 	}
 	return len(s)
 }
+
+// wrap breaks s at spaces into lines of at most width runes, every line
+// after the first starting with indent. The spaces inside a line are kept,
+// those at a break dropped; a word longer than a line stays whole.
+func wrap(s string, width int, indent string) []string {
+	var lines []string
+	for utf8.RuneCountInString(s) > width {
+		lead := len(s) - len(strings.TrimLeft(s, " "))
+		cut, n := -1, 0 // cut: the last space with at most width runes before it
+		for i, r := range s {
+			if n > width {
+				break
+			}
+			if r == ' ' && i > lead {
+				cut = i
+			}
+			n++
+		}
+		if cut < 0 { // the first word fills the line: break after it
+			next := strings.IndexByte(s[lead:], ' ')
+			if next < 0 {
+				break
+			}
+			cut = lead + next
+		}
+		lines = append(lines, strings.TrimRight(s[:cut], " "))
+		rest := strings.TrimLeft(s[cut:], " ")
+		if rest == "" {
+			return lines
+		}
+		s = indent + rest
+	}
+	return append(lines, s)
+}

@@ -42,7 +42,9 @@ func (v *view) frame(s snapshot) {
 	if !v.term.live {
 		line := v.progress(s)
 		if v.term.tty {
-			line = fit(line, v.term.width()) // a dumb terminal's; a log keeps it whole
+			line = fit(line, v.term.width()) // a dumb terminal's
+		} else {
+			line = strings.Join(wrap(line, defaultWidth, "      "), "\n") // a log keeps it whole
 		}
 		_, _ = io.WriteString(v.out, line+"\n")
 		return
@@ -59,14 +61,16 @@ func (v *view) frame(s snapshot) {
 	_, _ = io.WriteString(v.out, b.String())
 }
 
-// progress is the plain line of a frame, for a pipe or a dumb terminal.
+// progress is the plain line of a frame, for a pipe or a dumb terminal. It
+// fits defaultWidth while the run is under 1000s and its counts under a
+// million; frame wraps a longer one in a log.
 func (v *view) progress(s snapshot) string {
 	done, total := 0, 0
 	for _, t := range tenantNames() {
 		done += s.done[t]
 		total += s.expected[t]
 	}
-	return fmt.Sprintf("%4ds  calls %d/%d  %d/s of %d/s  exports %d/%d  waited %d  rescheduled %d",
+	return fmt.Sprintf("%3ds  calls %d/%d  %d/s of %d/s  exports %d/%d  waited %d  resched %d",
 		int(s.elapsed.Seconds()), done, total, last(v.rates[""]), v.opts.overallRate,
 		s.done["exports"], v.opts.exports, sum(s.waited), sum(s.resched))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,11 +172,11 @@ func TestPlainOutput(t *testing.T) {
 				t.Errorf("escape sequences in plain output: %q", out)
 			}
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-			if len(lines) != 3 || !strings.HasPrefix(lines[0], "  83s  calls 2000/2600") {
+			if len(lines) != 3 || !strings.HasPrefix(lines[0], " 83s  calls 2000/2600") {
 				t.Errorf("want 3 progress lines, got:\n%s", out)
 			}
-			for _, line := range lines {
-				if n := utf8.RuneCountInString(line); tc.tty && n > 80 {
+			for _, line := range lines { // a terminal's width, or a log's 80
+				if n := utf8.RuneCountInString(line); n > 80 {
 					t.Errorf("progress line of %d runes: %q", n, line)
 				}
 			}
@@ -200,4 +201,68 @@ func TestFit(t *testing.T) {
 			t.Errorf("fit(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
 		}
 	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		width int
+		want  []string
+	}{
+		{"fits", 10, []string{"fits"}},
+		{"exactly 10", 10, []string{"exactly 10"}},
+		{"one two three", 9, []string{"one two", "  three"}},
+		{"ok    aligned  text wraps", 16, []string{"ok    aligned", "  text wraps"}},
+		{"      indented words wrap", 16, []string{"      indented", "  words wrap"}},
+		{"unbreakable-word here", 8, []string{"unbreakable-word", "  here"}},
+		{"× ± é ü", 3, []string{"× ±", "  é", "  ü"}}, // runes, not bytes
+	} {
+		got := wrap(tc.in, tc.width, "  ")
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("wrap(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
+
+// TestSummaryFits writes the longest lines a summary can hold, a failing
+// sliding-window run's, and checks that each fits 80 columns, keeps its
+// mark and its colour, and loses no word.
+func TestSummaryFits(t *testing.T) {
+	algo, err := lookupAlgorithm("sliding-window")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allows, why := algo.allows(1000)
+	s := summary{held: true}
+	s.note("Highest rate at the partner (%s allows %s):", algo.name, why)
+	s.check(false, "%-15s %2d calls in one second; %s %d/s allows %d", "tenant initech", 123456, algo.name, 1000, allows)
+	s.check(true, "fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", algo.name)
+	var out bytes.Buffer
+	s.write(&out, true)
+	checkFits(t, "summary", out.String())
+	plain := anyEscape.ReplaceAllString(out.String(), "")
+	if !strings.Contains(out.String(), red+"FAIL"+reset+"  tenant initech") || !strings.Contains(out.String(), green+"ok"+reset+"    fair shares") {
+		t.Errorf("marks lost or uncoloured:\n%q", out.String())
+	}
+	for _, line := range s.lines {
+		if !slices.Equal(strings.Fields(line), strings.Fields(strings.Join(wrappedLines(plain, line), " "))) {
+			t.Errorf("words of %q not all written, in order:\n%s", line, plain)
+		}
+	}
+}
+
+// wrappedLines returns the lines of out that wrap wrote for line: from the
+// one that begins as line does, through its indented continuations.
+func wrappedLines(out, line string) []string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if l != "" && strings.HasPrefix(line, l[:min(len(l), 20)]) {
+			j := i + 1
+			for j < len(lines) && strings.HasPrefix(lines[j], summaryIndent) && !strings.HasPrefix(line, lines[j][:min(len(lines[j]), 20)]) {
+				j++
+			}
+			return lines[i:j]
+		}
+	}
+	return nil
 }
