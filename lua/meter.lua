@@ -24,19 +24,25 @@
 -- n*num ticks further. (A reservation may move it further still, see
 -- meter_booking.lua.)
 
+-- The decision path calls only the two helpers that read and write the
+-- instant (and what they call): Redis runs the whole script on every call,
+-- and each helper it defines is a closure made each time. Integer division
+-- is exact here for the reasons common.lua's floor_div gives.
+
 local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, num, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
-local now = server_now()
-local debt = ticks_until(KEYS[1], now, num, den)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local debt = math.max(0, signed_ticks(KEYS[1], now, num, den) or 0)
 local tolerance = burst * num
 local new_debt = debt + n * num
 
 if new_debt > tolerance then
-  return meter_reply(0, debt, tolerance, num, new_debt - tolerance, den, now)
+  return {0, math.max(0, math.floor((tolerance - debt) / num)), math.ceil((new_debt - tolerance) / den), math.ceil(debt / den), now}
 end
 if mode == MODE_TAKE then
   debt = new_debt
   store_instant(KEYS[1], now, debt, num, den)
 end
-return meter_reply(1, debt, tolerance, num, 0, den, now)
+return {1, math.floor((tolerance - debt) / num), 0, math.ceil(debt / den), now}

@@ -19,77 +19,6 @@ local MODE_RESERVE = 2 -- meters only: book a later slot, up to a longest delay
 local MODE_CANCEL = 3  -- meters only: give a reservation's units back
 local MODE_BLOCK = 4   -- meters only: admit nothing for a while (see block.lua)
 
--- server_now returns the Redis server's clock in microseconds.
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- floor_div returns floor(a / b) for integers |a| < 2^53 and b >= 1. The
--- division is exact enough: were a / b just below an integer q, it would be
--- at least 1/b below it, while its rounding error is at most q * 2^-53, less
--- than 1/b since q * b is about |a| < 2^53; so math.floor never rounds up
--- onto q. Package throttle keeps every value the scripts divide below 2^53.
-local function floor_div(a, b)
-  return math.floor(a / b)
-end
-
--- ceil_div returns ceil(a / b) for integers |a| < 2^53 and b >= 1 (exact,
--- as for floor_div).
-local function ceil_div(a, b)
-  return math.ceil(a / b)
-end
-
--- int formats an integer-valued number without losing digits.
-local function int(x)
-  return string.format('%d', x)
-end
-
--- ttl_ms converts a lifetime in microseconds to whole milliseconds for PX,
--- rounded up and never below 1, so a written key always expires and never
--- before its state stops mattering.
-local function ttl_ms(us)
-  return int(math.max(1, ceil_div(us, 1000)))
-end
-
--- load_state reads a state of up to four ':'-joined integers; nil when the
--- key is absent. It splits with string.find rather than an iterator, as it
--- runs on every call.
-local function load_state(key)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return nil
-  end
-  local fields = {}
-  local from = 1
-  for i = 1, 4 do
-    local colon = string.find(raw, ':', from, true)
-    if not colon then
-      fields[i] = tonumber(string.sub(raw, from))
-      return fields
-    end
-    fields[i] = tonumber(string.sub(raw, from, colon - 1))
-    from = colon + 1
-  end
-  return fields
-end
-
--- store_state writes one to four integers joined by ':' with an expiry of
--- ttl_us.
-local function store_state(key, ttl_us, a, b, c, d)
-  local value = int(a)
-  if b then
-    value = value .. ':' .. int(b)
-  end
-  if c then
-    value = value .. ':' .. int(c)
-  end
-  if d then
-    value = value .. ':' .. int(d)
-  end
-  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
-end
-
 -- changeable reports whether key belongs to a named limiter, whose policy
 -- may change while its state lives: its name and algorithm ("name@gcra")
 -- come before the hash tag. Its states record what measured them (the
@@ -121,45 +50,50 @@ end
 
 -- signed_ticks returns how many ticks of den (units of num ticks) from now
 -- the instant stored at key lies, negative when it has passed; nil when the
--- key is absent.
+-- key is absent. It is the one reader of the format above, written out
+-- without other helpers: it runs on every decision of the meters, and
+-- each helper a script defines is a closure made on every call.
 local function signed_ticks(key, now, num, den)
-  local at = load_state(key)
-  if not at then
+  local stored = redis.call('GET', key)
+  if not stored then
     return nil
   end
-  local onum, oden = at[3] or num, at[4] or den
-  local ticks = (at[1] - now) * oden + (at[2] or 0)
+  local at, rest, onum, oden = tonumber(stored), 0, num, den
+  local f1 = (string.find(stored, ':', 1, true))
+  if f1 then
+    at = tonumber(string.sub(stored, 1, f1 - 1))
+    local f2 = (string.find(stored, ':', f1 + 1, true))
+    if f2 then
+      local f3 = (string.find(stored, ':', f2 + 1, true))
+      rest = tonumber(string.sub(stored, f1 + 1, f2 - 1))
+      onum, oden = tonumber(string.sub(stored, f2 + 1, f3 - 1)), tonumber(string.sub(stored, f3 + 1))
+    else
+      rest = tonumber(string.sub(stored, f1 + 1))
+    end
+  end
+  local ticks = (at - now) * oden + rest
   if onum ~= num or oden ~= den then
     return convert_ticks(ticks, onum, num)
   end
   return ticks
 end
 
--- ticks_until returns how many ticks of den (units of num ticks) from now
--- until the instant stored at key; 0 when it is absent or has passed.
-local function ticks_until(key, now, num, den)
-  return math.max(0, signed_ticks(key, now, num, den) or 0)
-end
-
--- instant_after splits the instant ticks after now into a microsecond and a
--- remainder in ticks.
-local function instant_after(now, ticks, den)
-  local whole = floor_div(ticks, den)
-  return now + whole, ticks - whole * den
-end
-
 -- store_instant stores the instant ticks after now, measured with interval
--- num/den, expiring when it comes.
+-- num/den, expiring when it comes. It is the one writer of the format
+-- above, written out for the reason signed_ticks gives.
 local function store_instant(key, now, ticks, num, den)
-  local at, rest = instant_after(now, ticks, den)
-  local ttl = math.max(1, ceil_div(ticks, den))
+  local whole = math.floor(ticks / den)
+  local rest = ticks - whole * den
+  local value
   if changeable(key) then
-    store_state(key, ttl, at, rest, num, den)
+    value = string.format('%d:%d:%d:%d', now + whole, rest, num, den)
   elseif rest > 0 then
-    store_state(key, ttl, at, rest)
+    value = string.format('%d:%d', now + whole, rest)
   else
-    store_state(key, ttl, at)
+    value = string.format('%d', now + whole)
   end
+  -- expires when the instant comes: ceil(ticks / den) us, in whole ms
+  redis.call('SET', key, value, 'PX', string.format('%d', math.max(1, math.ceil(math.max(1, math.ceil(ticks / den)) / 1000))))
 end
 
 -- Reservations (TokenBucket and GCRA). Both meters keep one instant, the
@@ -177,12 +111,6 @@ end
 -- long as the longest lived); a ticket counts only while its generation is
 -- the current one, so deleting the generation key (Reset) forgets every
 -- ticket of the key at once.
-
--- meter_reply returns a decision in the scripts' common shape.
-local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
-  local remaining = math.max(0, floor_div(tolerance - debt, per_unit))
-  return {allowed, remaining, ceil_div(wait, den), ceil_div(debt, den), now}
-end
 
 
 -- meter.lua: the decisions of TokenBucket and GCRA, one script for both.
@@ -211,19 +139,25 @@ end
 -- n*num ticks further. (A reservation may move it further still, see
 -- meter_booking.lua.)
 
+-- The decision path calls only the two helpers that read and write the
+-- instant (and what they call): Redis runs the whole script on every call,
+-- and each helper it defines is a closure made each time. Integer division
+-- is exact here for the reasons common.lua's floor_div gives.
+
 local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, num, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
-local now = server_now()
-local debt = ticks_until(KEYS[1], now, num, den)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local debt = math.max(0, signed_ticks(KEYS[1], now, num, den) or 0)
 local tolerance = burst * num
 local new_debt = debt + n * num
 
 if new_debt > tolerance then
-  return meter_reply(0, debt, tolerance, num, new_debt - tolerance, den, now)
+  return {0, math.max(0, math.floor((tolerance - debt) / num)), math.ceil((new_debt - tolerance) / den), math.ceil(debt / den), now}
 end
 if mode == MODE_TAKE then
   debt = new_debt
   store_instant(KEYS[1], now, debt, num, den)
 end
-return meter_reply(1, debt, tolerance, num, 0, den, now)
+return {1, math.floor((tolerance - debt) / num), 0, math.ceil(debt / den), now}

@@ -132,14 +132,28 @@ end
 
 -- signed_ticks returns how many ticks of den (units of num ticks) from now
 -- the instant stored at key lies, negative when it has passed; nil when the
--- key is absent.
+-- key is absent. It is the one reader of the format above, written out
+-- without other helpers: it runs on every decision of the meters, and
+-- each helper a script defines is a closure made on every call.
 local function signed_ticks(key, now, num, den)
-  local at = load_state(key)
-  if not at then
+  local stored = redis.call('GET', key)
+  if not stored then
     return nil
   end
-  local onum, oden = at[3] or num, at[4] or den
-  local ticks = (at[1] - now) * oden + (at[2] or 0)
+  local at, rest, onum, oden = tonumber(stored), 0, num, den
+  local f1 = (string.find(stored, ':', 1, true))
+  if f1 then
+    at = tonumber(string.sub(stored, 1, f1 - 1))
+    local f2 = (string.find(stored, ':', f1 + 1, true))
+    if f2 then
+      local f3 = (string.find(stored, ':', f2 + 1, true))
+      rest = tonumber(string.sub(stored, f1 + 1, f2 - 1))
+      onum, oden = tonumber(string.sub(stored, f2 + 1, f3 - 1)), tonumber(string.sub(stored, f3 + 1))
+    else
+      rest = tonumber(string.sub(stored, f1 + 1))
+    end
+  end
+  local ticks = (at - now) * oden + rest
   if onum ~= num or oden ~= den then
     return convert_ticks(ticks, onum, num)
   end
@@ -160,17 +174,21 @@ local function instant_after(now, ticks, den)
 end
 
 -- store_instant stores the instant ticks after now, measured with interval
--- num/den, expiring when it comes.
+-- num/den, expiring when it comes. It is the one writer of the format
+-- above, written out for the reason signed_ticks gives.
 local function store_instant(key, now, ticks, num, den)
-  local at, rest = instant_after(now, ticks, den)
-  local ttl = math.max(1, ceil_div(ticks, den))
+  local whole = math.floor(ticks / den)
+  local rest = ticks - whole * den
+  local value
   if changeable(key) then
-    store_state(key, ttl, at, rest, num, den)
+    value = string.format('%d:%d:%d:%d', now + whole, rest, num, den)
   elseif rest > 0 then
-    store_state(key, ttl, at, rest)
+    value = string.format('%d:%d', now + whole, rest)
   else
-    store_state(key, ttl, at)
+    value = string.format('%d', now + whole)
   end
+  -- expires when the instant comes: ceil(ticks / den) us, in whole ms
+  redis.call('SET', key, value, 'PX', string.format('%d', math.max(1, math.ceil(math.max(1, math.ceil(ticks / den)) / 1000))))
 end
 
 -- Reservations (TokenBucket and GCRA). Both meters keep one instant, the
