@@ -62,7 +62,7 @@ func leftKeys(ctx context.Context, rdb redis.UniversalClient, id string) ([]stri
 func TestDemoLeavesNoKeys(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go tool to build throttlectl with")
+		t.Fatalf("the go command is not on the PATH go test gives: %v", err)
 	}
 	throttlectl := filepath.Join(t.TempDir(), "throttlectl")
 	if out, err := exec.Command(goTool, "build", "-o", throttlectl, "github.com/jobthrottle/jobthrottle/cmd/throttlectl").CombinedOutput(); err != nil {
