@@ -88,6 +88,11 @@ func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...
 // Policy returns the policy the limiter applies.
 func (c *ConcurrencyLimiter) Policy() Concurrency { return c.policy }
 
+// Name returns the limiter's name: the one given with WithName, else its
+// policy's short form ("conc:3/30s"). Decisions carry it as
+// Decision.Limiter.
+func (c *ConcurrencyLimiter) Name() string { return c.cfg.name }
+
 // Key returns the Redis key holding callerKey's holders.
 func (c *ConcurrencyLimiter) Key(callerKey string) string {
 	return c.cfg.redisKey(c.id, callerKey)

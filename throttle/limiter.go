@@ -123,12 +123,18 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 		return nil, err
 	}
 	sp := compiled(p)
+	sp.source = SourcePlan
 	if sp.kind != l.spec.kind {
 		return nil, invalidPolicy("the plan for key %q is %s, the limiter is %s", key, kindName(sp.kind), kindName(l.spec.kind))
 	}
 	l.plans.Store(p, sp)
 	return sp, nil
 }
+
+// Name returns the limiter's name: the one given with WithName, else its
+// policy's short form ("gcra:10/1s:5"). Decisions carry it as
+// Decision.Limiter.
+func (l *Limiter) Name() string { return l.cfg.name }
 
 // Key returns the Redis key holding the state of callerKey, for inspection
 // and operations tools.

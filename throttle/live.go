@@ -152,8 +152,10 @@ func (lv *live) install(ctx context.Context, c *conn, next *liveSet, fields map[
 			delete(lv.reported, field)
 		}
 		if field == storedAll {
+			sp.source = SourceStored
 			next.all = sp
 		} else {
+			sp.source = SourceStoredForKey
 			next.keys[caller] = sp
 		}
 	}

@@ -69,6 +69,11 @@ type Decision struct {
 	// (WithPlan) or a stored policy (PolicyStore) may have chosen. Empty
 	// when no policy decided (bad input) and for a ConcurrencyLimiter.
 	Policy string
+	// PolicySource says where Policy came from: SourceCode (the policy the
+	// limiter was created with), SourcePlan (WithPlan chose it for Key),
+	// SourceStored (stored for the limiter with a PolicyStore) or
+	// SourceStoredForKey (stored for Key alone). Empty when Policy is.
+	PolicySource string
 	// Outcome is how the call ended.
 	Outcome Outcome
 	// Cached reports a rejection answered from the deny cache, without
@@ -94,6 +99,16 @@ func (d Decision) RedisFailed() bool {
 	return d.Outcome == Degraded || errors.Is(d.Err, ErrUnavailable) || errors.Is(d.Err, ErrRefused)
 }
 
+// Where the policy in force for a caller key comes from, in
+// [Decision.PolicySource]: the order in which a Limiter looks for it is
+// stored for the key, stored for the limiter, the plan's, the code's.
+const (
+	SourceCode         = "code"
+	SourcePlan         = "plan"
+	SourceStored       = "stored"
+	SourceStoredForKey = "stored for key"
+)
+
 // Observer receives every decision of the limiters it is given to with
 // [WithObserver]: the hook for metrics (see package metrics). Observe is
 // called synchronously on the caller's goroutine after the decision, so it
@@ -108,15 +123,29 @@ type ObserverFunc func(Decision)
 // ObserveDecision calls f.
 func (f ObserverFunc) ObserveDecision(d Decision) { f(d) }
 
-// WithObserver sends every decision of the limiter to o. Default: none.
+// WithObserver sends every decision of the limiter to o. Given more than
+// once, every observer receives every decision, in the order given (a
+// metrics.Collector and a dashboard.Publisher, say). Default: none.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) error {
 		if o == nil {
 			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
-		c.observer = o
+		if c.observer != nil {
+			c.observer = observers{c.observer, o}
+		} else {
+			c.observer = o
+		}
 		return nil
 	})
+}
+
+// observers sends each decision to both, in order.
+type observers [2]Observer
+
+func (o observers) ObserveDecision(d Decision) {
+	o[0].ObserveDecision(d)
+	o[1].ObserveDecision(d)
 }
 
 // WithName names the limiter: in decisions, logs and metric labels, and,
@@ -181,7 +210,7 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 	}
 	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
 	if r.policy != nil {
-		d.Policy = r.policy.form
+		d.Policy, d.PolicySource = r.policy.form, r.policy.source
 	}
 	switch {
 	case err != nil:

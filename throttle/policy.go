@@ -43,6 +43,9 @@ type spec struct {
 	kind string
 	// form is the policy's String, for observers.
 	form string
+	// source says where the policy in force came from, for observers:
+	// SourceCode, SourcePlan, SourceStored or SourceStoredForKey.
+	source string
 	// id names the algorithm and its parameters inside every Redis key, so
 	// that two policies never share state, e.g. "gcra:10/1s:5".
 	id string
@@ -86,7 +89,7 @@ func boxArgs(params ...string) []any {
 // compiled returns the spec of a validated policy.
 func compiled(p Policy) *spec {
 	sp := p.spec()
-	sp.policy, sp.form = p, p.String()
+	sp.policy, sp.form, sp.source = p, p.String(), SourceCode
 	return &sp
 }
 

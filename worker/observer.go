@@ -85,6 +85,9 @@ type Event struct {
 	// lease or throttled it (Unconfigured), and the task's key in it; empty
 	// for Admitted and Degraded.
 	Rule, Key string
+	// Limiter is the name of Rule's limiter (throttle's Limiter.Name), the
+	// name its decisions carry; empty when Rule is.
+	Limiter string
 	// Delay is the inline wait (WaitedInline) or the time until the task
 	// returns (Rescheduled).
 	Delay time.Duration

@@ -211,15 +211,29 @@ func WithInlineWait(d time.Duration) Option {
 	})
 }
 
-// WithObserver sends every decision to o. Default: none.
+// WithObserver sends every event to o. Given more than once, every
+// observer receives every event, in the order given (workermetrics and a
+// dashboard.Publisher, say). Default: none.
 func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) error {
 		if o == nil {
 			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
 		}
-		c.observer = o
+		if c.observer != nil {
+			c.observer = observers{c.observer, o}
+		} else {
+			c.observer = o
+		}
 		return nil
 	})
+}
+
+// observers sends each event to both, in order.
+type observers [2]Observer
+
+func (o observers) Observe(e Event) {
+	o[0].Observe(e)
+	o[1].Observe(e)
 }
 
 // WithPrefix sets the start of the Redis keys the Throttler writes (its
@@ -250,10 +264,26 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 func (t *Throttler) observe(e Event) {
+	if e.Rule != "" {
+		e.Limiter = t.limiterOf(e.Rule)
+	}
 	t.log(e)
 	if t.cfg.observer != nil {
 		t.cfg.observer.Observe(e)
 	}
+}
+
+// limiterOf returns the name of the limiter of the rule named rule.
+func (t *Throttler) limiterOf(rule string) string {
+	for _, r := range t.rules {
+		if r.name == rule {
+			if r.conc != nil {
+				return r.conc.Name()
+			}
+			return r.limiter.Name()
+		}
+	}
+	return ""
 }
 
 // log writes e to the logger at its level; admissions and leases are not
