@@ -185,6 +185,26 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix)
 }
 
+// Unblock lifts key's block (BlockFor) in every process. A window policy
+// and a LeakyBucket keep the block beside the key's state, which then
+// counts on as before. TokenBucket and GCRA keep a block inside the key's
+// state, where it cannot be told apart from what was consumed: Unblock
+// forgets their state, as Reset does.
+// A key without a block is left as it is (a meter's state too).
+func (l *Limiter) Unblock(ctx context.Context, key string) error {
+	left, err := l.BlockedFor(ctx, key)
+	if err != nil || left <= 0 {
+		return err
+	}
+	if l.spec.reservable {
+		return l.Reset(ctx, key)
+	}
+	if l.denied != nil {
+		l.denied.forget(key)
+	}
+	return l.del(ctx, blockKey(l.Key(key)))
+}
+
 // BlockFor stops key admitting anything for d, in every process sharing
 // the Redis: the fleet-wide backoff after an upstream answered 429 with a
 // Retry-After. d counts from the Redis server's clock; a block already

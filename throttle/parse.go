@@ -158,7 +158,13 @@ func parseInt(s string) (int, error) {
 	return n, nil
 }
 
-func init() { keyspace.Parse = parseKey }
+func init() {
+	keyspace.Parse = parseKey
+	keyspace.ParseConcurrency = func(s string) (int, time.Duration, error) {
+		p, err := parseConcurrency(s)
+		return p.Limit, p.Lease, err
+	}
+}
 
 // parseKey is [keyspace.Parse]: it accepts exactly the keys the library
 // writes: the policy in the form the library gives it, a caller key escaped

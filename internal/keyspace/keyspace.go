@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrNotLimiterKey reports a Redis key that no Limiter or
@@ -169,3 +170,10 @@ func (k KeyInfo) Concurrency() bool { return k.Algorithm == "conc" }
 // key is an error wrapping [ErrNotLimiterKey]. Package throttle sets it
 // when it is initialised.
 var Parse func(prefix, key string) (KeyInfo, error)
+
+// ParseConcurrency reads the policy of a ConcurrencyLimiter without a name
+// back from its short form, "conc:3/30s" (the limiter's name, and the
+// policy in its keys): its limit and lease. Errors wrap
+// throttle.ErrInvalidPolicy. Package throttle sets it when it is
+// initialised.
+var ParseConcurrency func(form string) (limit int, lease time.Duration, err error)
