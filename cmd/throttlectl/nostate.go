@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jobthrottle/jobthrottle/internal/scan"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,7 +65,7 @@ func (a *app) limitersHolding(client redis.UniversalClient, l *limiter, caller s
 		return nil, fmt.Errorf("cannot find the caller key in the Redis key %q", key)
 	}
 	tag := key[open+2 : len(key)-1] // the caller key as the keys store it
-	pattern := globEscape(a.prefix) + "*:{" + globEscape(tag) + "}*"
+	pattern := scan.GlobEscape(a.prefix) + "*:{" + scan.GlobEscape(tag) + "}*"
 	keys, err := a.scanMatch(context.Background(), client, pattern)
 	if err != nil {
 		return nil, err

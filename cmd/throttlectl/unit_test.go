@@ -6,18 +6,6 @@ import (
 	"time"
 )
 
-func TestThrottlectlGlobEscape(t *testing.T) {
-	for in, want := range map[string]string{
-		"throttle:":   "throttle:",
-		"a*b?c[d]e\\": `a\*b\?c\[d\]e\\`,
-		"":            "",
-	} {
-		if got := globEscape(in); got != want {
-			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestThrottlectlDisplay(t *testing.T) {
 	for in, want := range map[string]string{
 		"tenant-42":  "tenant-42",

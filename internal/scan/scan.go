@@ -1,0 +1,88 @@
+// Package scan finds keys with SCAN, never KEYS (which blocks the server),
+// on one Redis server or on every master of a Redis Cluster: for
+// throttlectl and the dashboard. Its functions are safe for concurrent use.
+package scan
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Count is the COUNT hint of each SCAN: how many keys Redis looks at per
+// call.
+const Count = 1000
+
+// Prefix returns every key that starts with prefix, each call bounded by
+// perCall.
+func Prefix(ctx context.Context, client redis.UniversalClient, prefix string, perCall time.Duration) ([]string, error) {
+	return Match(ctx, client, GlobEscape(prefix)+"*", prefix, perCall)
+}
+
+// Match returns the keys that match pattern, a SCAN MATCH pattern, and
+// start with prefix, on the server or on every master of a Cluster
+// (concurrently). Each SCAN call gets perCall; SCAN may return a key more
+// than once, the result has each once.
+func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix string, perCall time.Duration) ([]string, error) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var keys []string
+	scan := func(ctx context.Context, node *redis.Client) error {
+		var cursor uint64
+		for {
+			callCtx, cancel := context.WithTimeout(ctx, perCall)
+			page, next, err := node.Scan(callCtx, cursor, pattern, Count).Result()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("scanning %s: %w", node.Options().Addr, err)
+			}
+			mu.Lock()
+			for _, k := range page {
+				if !seen[k] && strings.HasPrefix(k, prefix) {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		// ForEachMaster runs scan on the masters concurrently.
+		if err := c.ForEachMaster(ctx, scan); err != nil {
+			return nil, err
+		}
+	case *redis.Client:
+		if err := scan(ctx, c); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("cannot scan a %T", client)
+	}
+	return keys, nil
+}
+
+// GlobEscape escapes the characters SCAN's MATCH pattern gives a meaning,
+// so that s matches only itself.
+func GlobEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
