@@ -25,11 +25,11 @@ var (
 // Cluster slot: when tasks started, and the waiting room.
 const (
 	startsSuffix  = ":starts"
-	roomSuffix    = ":room"
+	roomSuffix    = keyspace.RoomSuffix
 	waitersSuffix = ":waiters"
 	flowsSuffix   = ":flows"
 	heldSuffix    = ":held"
-	asideSuffix   = ":aside"
+	asideSuffix   = keyspace.AsideSuffix
 )
 
 // roomLifetime is how long a room's keys outlive their last write.

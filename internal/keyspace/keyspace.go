@@ -23,6 +23,8 @@ const (
 	BlockSuffix   = ":block"   // the key's block (Limiter.BlockFor)
 	TicketsSuffix = ":tickets" // the generation of the key's tickets
 	TicketInfix   = ":t:"      // then a ticket's escaped ID: its booking
+	RoomSuffix    = ":room"    // the worker's waiting room of a meter key
+	AsideSuffix   = ":aside"   // the room's waiters set aside, their flow held back
 )
 
 // HashedMark starts a caller key stored by its hash (WithKeyHashing). An
