@@ -11,6 +11,7 @@
 //	throttlectl [global flags] set [--key KEY] NAME POLICY
 //	throttlectl [global flags] get NAME
 //	throttlectl [global flags] unset [--key KEY] NAME
+//	throttlectl [global flags] serve [--addr HOST:PORT] [--actions] [--config FILE]
 //
 // Redis is named by --redis, else the REDIS_URL environment variable, else
 // REDIS_ADDR, else 127.0.0.1:6379: host:port, or a URL as go-redis's
@@ -57,6 +58,17 @@
 // applies; --policy gives the one in code when none is), or as full Redis
 // keys; top peeks them with their stored policy, or the one --config
 // gives for the name.
+//
+// serve serves the web dashboard (package dashboard) over the limiters
+// under the prefix, on --addr, by default 127.0.0.1:8080: loopback only,
+// since it shows every tenant's keys; give another address to reach it
+// from elsewhere. It prints "dashboard: http://ADDR/" once listening, and
+// stops gracefully on SIGINT or SIGTERM. It is read-only unless --actions
+// is given: then the page can reset, block and unblock keys and set or
+// remove stored policies, each action guarded by a token the operator
+// types into the page, $THROTTLECTL_TOKEN when set, else a random one
+// printed once on stderr. Its --config gives the policies in code of named
+// limiters, as top's does.
 //
 // Redis keeps no record of when a key began to be throttled, so the answer
 // to "since when" is the state's own: how long the wait and the block still
@@ -106,6 +118,7 @@ var commands = []command{
 	{"set", "[--key KEY] NAME POLICY", "store the policy of the limiter named NAME (or of one KEY); every process applies it within a second", runSet},
 	{"get", "NAME", "show the policies stored for the limiter named NAME", runGet},
 	{"unset", "[--key KEY] NAME", "remove a stored policy: the policy in code applies again within a second", runUnset},
+	{"serve", "[--addr HOST:PORT] [--actions] [--config FILE]", "serve the web dashboard on --addr, by default 127.0.0.1:8080: loopback only", runServe},
 }
 
 // run is the whole command: it returns the exit status.
@@ -135,7 +148,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return usagef("no command: want peek, reset, top, set, get or unset (see throttlectl --help)")
+		return usagef("no command: want peek, reset, top, set, get, unset or serve (see throttlectl --help)")
 	}
 	if rest[0] == "help" {
 		printUsage(stdout, fs)
@@ -147,15 +160,15 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return c.run(a, rest[1:])
 		}
 	}
-	return usagef("unknown command %q: want peek, reset, top, set, get or unset", rest[0])
+	return usagef("unknown command %q: want peek, reset, top, set, get, unset or serve", rest[0])
 }
 
 // printUsage writes the top-level help.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `usage: throttlectl [global flags] <command> [flags] [args]
 
-Looks into the limits jobthrottle keeps in Redis, resets them, and changes
-the policies of named limiters while they run.
+Looks into the limits jobthrottle keeps in Redis, resets them, changes
+the policies of named limiters while they run, and serves a web dashboard.
 
 commands:
 `)
@@ -174,6 +187,9 @@ for a concurrency cap; a bare unit is one of it (gcra:10/s:5). A --config
 FILE maps names to policies: {"tenant": "gcra:10/1s:5"}; for top it gives the policy in code of named limiters with none stored.
 A named limiter (WithName) keeps its keys under its name: peek --name NAME
 KEY, with --policy when none is stored.
+serve listens on loopback (127.0.0.1:8080) unless --addr names another
+address; with --actions the token is $THROTTLECTL_TOKEN, else a random one
+printed on stderr. It stops on Ctrl-C (SIGINT) or SIGTERM.
 Exit status: 0 done, 1 failed (Redis, no state for the key), 2 usage error.
 
 global flags (also accepted after the command):

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,6 +53,7 @@ type demo struct {
 	sched     *scheduler.Scheduler
 	th        *worker.Throttler
 	inspector *asynq.Inspector
+	dash      *demoDashboard // with --dashboard
 	started   time.Time
 	enqueued  time.Time // when the servers started and the tasks went in
 	finished  chan struct{}
@@ -97,6 +99,14 @@ func startDemo(opts options) (*demo, error) {
 		return nil, fmt.Errorf("the Redis at %s: %w", d.addr, err)
 	}
 	d.inspector = asynq.NewInspectorFromRedisClient(d.rdb)
+	if opts.dashboard != "" {
+		dash, err := startDashboard(d.rdb, opts.dashboard, d.prefix)
+		if err != nil {
+			d.stop()
+			return nil, err
+		}
+		d.dash = dash
+	}
 	d.partner = newPartnerAPI()
 	th, err := d.throttler()
 	if err != nil {
@@ -126,16 +136,21 @@ func startDemo(opts options) (*demo, error) {
 // throttler builds the fleet's rules: each tenant's rate and the overall
 // rate on partner calls, and the cap on exports.
 func (d *demo) throttler() (*worker.Throttler, error) {
-	prefix := throttle.WithPrefix(d.prefix)
-	perTenant, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.tenantRate), prefix)
+	limiterOpts := []throttle.Option{throttle.WithPrefix(d.prefix)}
+	workerOpts := []worker.Option{worker.WithPrefix(d.prefix), worker.WithObserver(worker.ObserverFunc(d.observe))}
+	if d.dash != nil {
+		limiterOpts = append(limiterOpts, throttle.WithObserver(d.dash.pub))
+		workerOpts = append(workerOpts, worker.WithObserver(d.dash.pub))
+	}
+	perTenant, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.tenantRate), limiterOpts...)
 	if err != nil {
 		return nil, err
 	}
-	overall, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.overallRate), prefix)
+	overall, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.overallRate), limiterOpts...)
 	if err != nil {
 		return nil, err
 	}
-	exports, err := throttle.NewConcurrencyLimiter(d.rdb, throttle.Concurrency{Limit: d.opts.exportCap, Lease: 10 * time.Second}, prefix)
+	exports, err := throttle.NewConcurrencyLimiter(d.rdb, throttle.Concurrency{Limit: d.opts.exportCap, Lease: 10 * time.Second}, limiterOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +165,7 @@ func (d *demo) throttler() (*worker.Throttler, error) {
 		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(tenant)),
 		worker.Rate("overall", worker.Type("partner:sync"), overall, overallOpts...),
 		worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("exports"))),
-	}, worker.WithPrefix(d.prefix), worker.WithObserver(worker.ObserverFunc(d.observe)))
+	}, workerOpts...)
 }
 
 // tenantOf returns the tenant of the i-th of n partner calls: every call
@@ -328,6 +343,10 @@ func (d *demo) stop() (removed int, err error) {
 	if d.partner != nil {
 		d.partner.Close()
 	}
+	var dashErr error
+	if d.dash != nil {
+		dashErr = d.dash.close() // its last counts go in before the keys go out
+	}
 	if d.rdb != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		removed, err = d.removeKeys(ctx)
@@ -340,5 +359,5 @@ func (d *demo) stop() (removed int, err error) {
 	if err != nil {
 		err = fmt.Errorf("removing the demo's keys (%s): %w", strings.Join(keyPatterns(d.id), ", "), err)
 	}
-	return removed, err
+	return removed, errors.Join(dashErr, err)
 }

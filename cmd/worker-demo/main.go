@@ -15,6 +15,11 @@
 // the end, or on Ctrl-C, it deletes every key it created (found with SCAN):
 // its limiters' and asynq's, counters and per-day stats included.
 //
+// With --dashboard host:port it serves the web dashboard (package
+// dashboard) there while the fleet runs, fed by a dashboard.Publisher given
+// to every limiter and to the worker, and prints its URL and the token its
+// actions ask for; both stop with the run.
+//
 // On a terminal the view is redrawn in place, fitted to COLUMNS, else to
 // the terminal's width (on Linux), else to 80 columns; NO_COLOR (any
 // non-empty value) turns colour off. On TERM=dumb, with --plain, or when
@@ -22,6 +27,7 @@
 //
 //	go run ./cmd/worker-demo
 //	go run ./cmd/worker-demo --algorithm sliding-log --tasks 400
+//	go run ./cmd/worker-demo --dashboard 127.0.0.1:8080
 package main
 
 import (
@@ -51,6 +57,7 @@ type options struct {
 	concurrency int
 	redisAddr   string
 	plain       bool
+	dashboard   string // host:port, or "" for none
 }
 
 func main() {
@@ -126,7 +133,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func (d *demo) introduce(out io.Writer) {
 	fmt.Fprintf(out, "Keys: prefix %s, asynq queue %s,\n", d.prefix, d.queue)
 	printWrapped(out, fmt.Sprintf("on the %s.", d.redisName()))
-	fmt.Fprintf(out, "Watch its limiters from another terminal (add --all for every key):\n  %s\n\n", d.watchCommand())
+	fmt.Fprintf(out, "Watch its limiters from another terminal (add --all for every key):\n  %s\n", d.watchCommand())
+	if d.dash != nil {
+		d.dash.introduce(out)
+	}
+	fmt.Fprintln(out)
 }
 
 // printWrapped prints s wrapped to defaultWidth, the lines after the first
@@ -157,6 +168,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.servers, "servers", 3, "asynq servers in the fleet")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "workers per server")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of the embedded one")
+	fs.StringVar(&o.dashboard, "dashboard", "", "`host:port` to serve the web dashboard on while the fleet runs (it stops with the run), e.g. 127.0.0.1:8080; port 0 picks a free one. Its actions take the token printed at the start")
 	fs.BoolVar(&o.plain, "plain", false, "plain output even on a terminal (it is plain when stdout is not one)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: worker-demo [flags]\n\nRuns a fleet of asynq servers held to fleet-wide limits and checks they held.\n\nflags:")
