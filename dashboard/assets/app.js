@@ -1,0 +1,199 @@
+// The dashboard's script: it asks the server for data every two seconds and
+// writes it into the page. Every value from the server is written as text
+// (textContent), never as markup: caller keys come from outsiders.
+"use strict";
+(function () {
+  const body = document.body;
+  const page = body.dataset.page, name = body.dataset.name, key = body.dataset.key;
+  const every = 2000;
+  const q = (o) => Object.entries(o).map(([k, v]) => k + "=" + encodeURIComponent(v)).join("&");
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; };
+  const link = (href, text) => { const a = el("a", text); a.href = href; return a; };
+  const fmtRate = (x) => x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2);
+  const fmtMs = (ms) => ms <= 0 ? "–" : ms < 1000 ? ms + " ms" : ms < 60000 ? (ms / 1000).toFixed(1) + " s" : ms < 3600000 ? (ms / 60000).toFixed(1) + " min" : (ms / 3600000).toFixed(1) + " h";
+  const keyHref = (k) => "key?" + q({ name: name, key: k });
+
+  function status(text, bad) { const s = $("status"); s.textContent = text; s.className = bad ? "status error" : "status"; }
+
+  async function get(path) {
+    const r = await fetch(path, { headers: { Accept: "application/json" } });
+    const v = await r.json();
+    if (!r.ok) throw new Error(v.error || r.statusText);
+    return v;
+  }
+
+  function fill(tbody, rows) {
+    tbody.replaceChildren(...rows.map((cells) => {
+      const tr = document.createElement("tr");
+      for (const c of cells) {
+        const td = el("td");
+        if (c instanceof Node) td.appendChild(c); else if (c && typeof c === "object") { td.textContent = c.text; td.className = c.cls || ""; } else td.textContent = c;
+        tr.appendChild(td);
+      }
+      return tr;
+    }));
+  }
+  const num = (text) => ({ text: String(text), cls: "num" });
+
+  function stateCells(s, keyCell) {
+    if (s.hashed) return [keyCell, "stored by hash", num("–"), num("–"), num("–"), num("–"), num(s.admitted), num(s.heldBack)];
+    if (!s.known) return [keyCell, "policy unknown", num("–"), num("–"), num("–"), num(s.leases || "–"), num(s.admitted), num(s.heldBack)];
+    const now = s.throttled ? { text: s.blockedForMs > 0 ? "blocked" : "throttled", cls: "bad" } : { text: "admits", cls: "ok" };
+    return [keyCell, now, num(s.remaining + " / " + s.limit), num(fmtMs(s.retryAfterMs)), num(fmtMs(s.blockedForMs)), num(s.leases), num(s.admitted), num(s.heldBack)];
+  }
+
+  function facts(dl, pairs) {
+    dl.replaceChildren();
+    for (const [k, v] of pairs) { dl.appendChild(el("dt", k)); const dd = el("dd"); if (v instanceof Node) dd.appendChild(v); else dd.textContent = v; dl.appendChild(dd); }
+  }
+
+  function policyFacts(l) {
+    const pairs = [["Kind", l.kind + (l.named ? ", named" : ", named after its policy")], ["Policy in force", l.policy || "unknown"], ["From", l.source]];
+    if (l.codePolicy) pairs.push(["In code", l.codePolicy]);
+    if (l.storedPolicy) pairs.push(["Stored", l.storedPolicy]);
+    for (const o of l.overrides || []) { const s = el("span"); s.append(link(keyHref(o.key), o.key), " → " + o.policy); pairs.push(["Stored for a key", s]); }
+    for (const i of l.invalid || []) pairs.push(["Unreadable stored", i]);
+    pairs.push(["Keys in Redis", String(l.keys)]);
+    return pairs;
+  }
+
+  // The chart: three lines over the last 15 minutes, one point a second.
+  const chart = { points: new Map(), svg: null, legend: null };
+  function chartInit() {
+    const box = $("chart");
+    if (!box) return false;
+    const ns = "http://www.w3.org/2000/svg";
+    chart.svg = document.createElementNS(ns, "svg");
+    chart.svg.setAttribute("viewBox", "0 0 900 220");
+    chart.svg.setAttribute("preserveAspectRatio", "none");
+    chart.lines = {};
+    const axis = document.createElementNS(ns, "line");
+    for (const [a, v] of Object.entries({ x1: 0, y1: 200, x2: 900, y2: 200, class: "axis" })) axis.setAttribute(a, v);
+    chart.svg.appendChild(axis);
+    chart.max = document.createElementNS(ns, "text");
+    chart.max.setAttribute("x", 4); chart.max.setAttribute("y", 14);
+    chart.svg.appendChild(chart.max);
+    for (const s of ["admitted", "throttled", "rescheduled"]) {
+      const p = document.createElementNS(ns, "polyline");
+      p.setAttribute("class", s);
+      chart.svg.appendChild(p);
+      chart.lines[s] = p;
+    }
+    chart.legend = el("div", undefined, "legend");
+    chart.values = {};
+    for (const s of ["admitted", "throttled", "rescheduled"]) {
+      const span = el("span"); span.appendChild(el("span", undefined, "sw " + s));
+      span.append(s + " ");
+      const b = el("b", "0"); b.id = "now-" + s; chart.values[s] = b;
+      span.append(b, "/s");
+      chart.legend.appendChild(span);
+    }
+    box.append(chart.svg, chart.legend);
+    return true;
+  }
+  let last = 0;
+  async function chartPoll() {
+    const args = { name: name };
+    if (page === "key") args.key = key;
+    if (last) args.since = last - 5;
+    const v = await get("api/series?" + q(args));
+    for (const p of v.points) chart.points.set(p[0], p);
+    if (v.points.length) last = v.points[v.points.length - 1][0];
+    const end = Math.floor(v.now / 1000), start = end - 900;
+    for (const t of chart.points.keys()) if (t < start) chart.points.delete(t);
+    let top = 1;
+    for (const p of chart.points.values()) top = Math.max(top, p[1], p[2], p[3]);
+    chart.max.textContent = top + "/s";
+    ["admitted", "throttled", "rescheduled"].forEach((s, i) => {
+      const pts = [];
+      for (let t = start; t < end; t++) { const p = chart.points.get(t); const y = p ? p[i + 1] : 0; pts.push((t - start) + "," + (200 - 180 * y / top).toFixed(1)); }
+      chart.lines[s].setAttribute("points", pts.join(" "));
+      // the latest second the fleet has surely written: three seconds back
+      const p = chart.points.get(end - 3);
+      chart.values[s].textContent = String(p ? p[i + 1] : 0);
+    });
+  }
+
+  async function overview() {
+    const v = await get("api/overview");
+    $("fleet").textContent = v.processes.length + " process" + (v.processes.length === 1 ? "" : "es") + " publishing counts" + (v.processes.length ? ": " + v.processes.join(", ") : "") + ".";
+    fill($("limiters").tBodies[0], v.limiters.map((l) => [link("limiter?" + q({ name: l.name }), l.name), l.kind, l.policy || "unknown", l.source,
+      num(l.keys), num(fmtRate(l.rates.admitted)), num(fmtRate(l.rates.throttled)), num(fmtRate(l.rates.rescheduled)), num(l.heldBack)]));
+  }
+
+  let keysPage = 1, keysPages = 1;
+  async function limiter() {
+    const v = await get("api/limiter?" + q({ name: name }));
+    facts($("policy"), policyFacts(v.limiter));
+    fill($("hottest").tBodies[0], v.hottest.map((s) => stateCells(s, link(keyHref(s.key), s.key))));
+    const k = await get("api/keys?" + q({ name: name, prefix: $("prefix").value, sort: $("sort").value, page: keysPage }));
+    keysPage = k.page; keysPages = k.pages;
+    $("pageinfo").textContent = "page " + k.page + " of " + k.pages + " (" + k.total + " keys)";
+    fill($("keys").tBodies[0], k.rows.map((s) => stateCells(s, link(keyHref(s.key), s.key))));
+  }
+
+  async function keyPage() {
+    const v = await get("api/key?" + q({ name: name, key: key }));
+    const s = v.state, pairs = [["Limiter", link("limiter?" + q({ name: name }), name)], ["Policy in force", s.policy || "unknown"], ["From", s.source || ""]];
+    if (s.hashed) pairs.push(["State", "stored by hash: not readable"]);
+    else if (!s.known) pairs.push(["Leases held", String(s.leases)]);
+    else {
+      pairs.push(["Now", s.throttled ? (s.blockedForMs > 0 ? "blocked" : "throttled") : "admits"]);
+      pairs.push(["Remaining", s.remaining + " of " + s.limit], ["Retry after", fmtMs(s.retryAfterMs)], ["Blocked for", fmtMs(s.blockedForMs)], ["Full again in", fmtMs(s.resetAfterMs)]);
+      if (v.limiter.kind === "concurrency") pairs.push(["Leases held", String(s.leases)]);
+    }
+    pairs.push(["Admitted, 15 min", String(s.admitted)], ["Held back, 15 min", String(s.heldBack)]);
+    facts($("state"), pairs);
+    const b = v.bookings;
+    $("ahead").textContent = !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
+      "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + b.tickets.length + " ticket" + (b.tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
+    fill($("bookings").tBodies[0], b.tickets.map((t) => [t.ticket, new Date(t.untilMs).toISOString(), num(fmtMs(t.inMs))]));
+  }
+
+  function actions() {
+    const form = $("act");
+    if (!form) return;
+    const token = $("token");
+    token.value = sessionStorage.getItem("jobthrottle-token") || "";
+    form.addEventListener("submit", (e) => e.preventDefault());
+    form.querySelectorAll("button[data-act]").forEach((btn) => btn.addEventListener("click", async () => {
+      sessionStorage.setItem("jobthrottle-token", token.value);
+      const req = { action: btn.dataset.act, name: name, key: page === "key" ? key : "" };
+      if ($("duration")) req.duration = $("duration").value;
+      if (req.action === "set") req.policy = $("policy-in").value;
+      const out = $("act-result");
+      try {
+        const r = await fetch("api/action", { method: "POST", headers: { "Content-Type": "application/json", "X-Dashboard-Token": token.value }, body: JSON.stringify(req) });
+        const v = await r.json();
+        out.textContent = r.ok ? "Done: " + v.message : "Refused: " + v.error;
+        out.className = r.ok ? "note ok" : "note bad";
+        tick();
+      } catch (err) { out.textContent = "Failed: " + err.message; out.className = "note bad"; }
+    }));
+  }
+
+  const hasChart = chartInit();
+  const refresh = { overview: overview, limiter: limiter, key: keyPage }[page];
+  let busy = false;
+  async function tick() {
+    if (busy) return;
+    busy = true;
+    try {
+      await refresh();
+      if (hasChart) await chartPoll();
+      status("updated " + new Date().toLocaleTimeString());
+    } catch (err) { status(err.message, true); }
+    busy = false;
+  }
+  if ($("crumb-limiter")) $("crumb-limiter").href = "limiter?" + q({ name: name });
+  if ($("search")) {
+    $("search").addEventListener("submit", (e) => { e.preventDefault(); keysPage = 1; tick(); });
+    $("sort").addEventListener("change", () => { keysPage = 1; tick(); });
+    $("prev").addEventListener("click", () => { if (keysPage > 1) { keysPage--; tick(); } });
+    $("next").addEventListener("click", () => { if (keysPage < keysPages) { keysPage++; tick(); } });
+  }
+  actions();
+  tick();
+  setInterval(tick, every);
+})();

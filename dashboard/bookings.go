@@ -1,0 +1,92 @@
+package dashboard
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
+	"github.com/jobthrottle/jobthrottle/internal/scan"
+	"github.com/redis/go-redis/v9"
+)
+
+// booking is one ticket's booking of a key's capacity ahead (Reserve by
+// ticket, as the worker books a task's slot).
+type booking struct {
+	Ticket string `json:"ticket"`
+	// UntilMs is the end of the capacity booked, on the Redis clock, in
+	// Unix milliseconds; InMs is how far ahead of now that is.
+	UntilMs int64 `json:"untilMs"`
+	InMs    int64 `json:"inMs"`
+}
+
+// bookingsView is what a key has booked ahead.
+type bookingsView struct {
+	// Meter reports a TokenBucket or GCRA key, the policies that book.
+	Meter bool `json:"meter"`
+	// AheadMs is how long until the key's capacity is all free again:
+	// what its bookings and recent admissions took.
+	AheadMs int64     `json:"aheadMs"`
+	Tickets []booking `json:"tickets"`
+	// Waiting counts the worker's tasks in the key's waiting room.
+	Waiting int64 `json:"waiting"`
+}
+
+// maxTickets bounds the tickets a key's page lists.
+const maxTickets = 200
+
+// bookings reads key's bookings ahead: its tickets that still count (their
+// generation is the key's current one) and its waiting room.
+func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, now time.Time) (bookingsView, error) {
+	var b bookingsView
+	rd, err := h.inv.readerFor(v)
+	if err != nil || rd == nil || rd.rate == nil {
+		return b, err
+	}
+	if alg := v.Algorithm; alg != "gcra" && alg != "tb" {
+		return b, nil
+	}
+	b.Meter = true
+	state := rd.rate.Key(caller)
+	if r, err := rd.rate.Peek(ctx, caller); err == nil {
+		b.AheadMs = r.ResetAfter.Milliseconds()
+	}
+	pipe := h.client.Pipeline()
+	generation := pipe.Get(ctx, state+keyspace.TicketsSuffix)
+	room := pipe.ZCard(ctx, state+keyspace.RoomSuffix)
+	aside := pipe.ZCard(ctx, state+keyspace.AsideSuffix)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return b, err
+	}
+	b.Waiting = room.Val() + aside.Val()
+	if generation.Err() == redis.Nil {
+		return b, nil // no ticket counts
+	}
+	tickets, err := scan.Match(ctx, h.client, scan.GlobEscape(state+keyspace.TicketInfix)+"*", state, h.cfg.timeout)
+	if err != nil || len(tickets) == 0 {
+		return b, err
+	}
+	tickets = tickets[:min(len(tickets), maxTickets)]
+	pipe = h.client.Pipeline()
+	values := make([]*redis.StringCmd, len(tickets))
+	for i, t := range tickets {
+		values[i] = pipe.Get(ctx, t)
+	}
+	_, _ = pipe.Exec(ctx) // a ticket gone meanwhile reads as redis.Nil
+	for i, t := range tickets {
+		// "<end us>:<end ticks>:<grace ticks>:<generation>"
+		fields := strings.Split(values[i].Val(), ":")
+		if len(fields) != 4 || fields[3] != generation.Val() {
+			continue
+		}
+		end, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		id, _ := keyspace.Unescape(strings.TrimPrefix(t, state+keyspace.TicketInfix))
+		until := time.UnixMicro(end)
+		b.Tickets = append(b.Tickets, booking{Ticket: id, UntilMs: until.UnixMilli(), InMs: until.Sub(now).Milliseconds()})
+	}
+	return b, nil
+}
