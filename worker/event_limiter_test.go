@@ -1,0 +1,206 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+// rateLimiter returns a Limiter of p on the target, under its prefix.
+func rateLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
+	t.Helper()
+	l, err := throttle.New(tg.Client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// concLimiter returns a ConcurrencyLimiter of p on the target, under its
+// prefix.
+func concLimiter(t testing.TB, tg *redistest.Target, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
+	t.Helper()
+	c, err := throttle.NewConcurrencyLimiter(tg.Client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// runTasks configures th as an asynq server would (so that a task waits
+// inline no longer than its lane's lead allows: a fraction of a second, not
+// the seconds of an unconfigured Throttler), then runs n tasks of type
+// "job" through th's middleware, one after the other, and returns the
+// errors the middleware returned.
+func runTasks(t testing.TB, th *worker.Throttler, n int) []error {
+	t.Helper()
+	th.Configure(&asynq.Config{})
+	h := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = h.ProcessTask(context.Background(), asynq.NewTask("job", nil))
+	}
+	return errs
+}
+
+// TestEventsNameTheRulesLimiter: every event with a rule names that rule's
+// limiter (its Name: the WithName name, else the policy's), whether the
+// task was sent back, waited inline or took a concurrency lease; events
+// without a rule name none.
+func TestEventsNameTheRulesLimiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup returns the rules, the name of each rule's limiter, and
+		// the Throttler's options.
+		setup func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option)
+		tasks int
+		want  []string // "kind rule" of events that must be among those seen
+	}{
+		{"rescheduled by a named rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
+			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l)}, map[string]string{"hourly": l.Name()}, nil
+		}, 2, []string{"admitted ", "rescheduled hourly"}},
+		{"rescheduled by an unnamed rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l)}, map[string]string{"hourly": l.Name()}, nil
+		}, 2, []string{"admitted ", "rescheduled hourly"}},
+		{"waited inline for a meter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			l := rateLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1}, throttle.WithName("meter"))
+			return []worker.Rule{worker.Rate("paced", worker.AnyTask(), l)}, map[string]string{"paced": l.Name()},
+				[]worker.Option{worker.WithInlineWait(time.Second)}
+		}, 2, []string{"admitted ", "waited_inline paced"}},
+		{"lease of a named concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()}, nil
+		}, 1, []string{"lease_taken capped", "lease_released capped"}},
+		{"lease of an unnamed concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute})
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()}, nil
+		}, 1, []string{"lease_taken capped", "lease_released capped"}},
+		{"rescheduled by a full concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
+			lease, _, err := c.Acquire(context.Background(), "job") // the slot the task's key needs
+			if err != nil || lease == nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			t.Cleanup(func() { _ = lease.Release(context.Background()) })
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()},
+				[]worker.Option{worker.WithInlineWait(0)}
+		}, 1, []string{"rescheduled capped"}},
+		{"a rate rule and a concurrency rule", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
+			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
+			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
+			return []worker.Rule{
+					worker.Rate("hourly", worker.AnyTask(), l),
+					worker.Concurrency("capped", worker.AnyTask(), c),
+				}, map[string]string{"hourly": l.Name(), "capped": c.Name()},
+				nil
+		}, 2, []string{"admitted ", "lease_taken capped", "lease_released capped", "rescheduled hourly"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := redistest.New(t)
+			rules, limiters, opts := tc.setup(t, tg)
+			var events asynqtest.Events
+			th := asynqtest.NewThrottler(t, tg, rules, append(opts, worker.WithObserver(&events))...)
+			runTasks(t, th, tc.tasks)
+			seen := map[string]bool{}
+			for _, e := range events.All() {
+				seen[fmt.Sprintf("%s %s", e.Kind, e.Rule)] = true
+			}
+			for _, w := range tc.want {
+				if !seen[w] {
+					t.Errorf("no %q event among %v", w, seen)
+				}
+			}
+			for _, e := range events.All() {
+				want, ok := limiters[e.Rule]
+				if e.Rule != "" && !ok {
+					t.Errorf("%s event of an unknown rule %q", e.Kind, e.Rule)
+				}
+				if e.Limiter != want {
+					t.Errorf("%s event of rule %q names limiter %q, want %q", e.Kind, e.Rule, e.Limiter, want)
+				}
+			}
+		})
+	}
+}
+
+// eventLog is a set of worker observers writing, in turn, to one log.
+type eventLog struct {
+	mu    sync.Mutex
+	lines []string
+	seen  [][]worker.Event // by observer
+}
+
+// observer returns the i-th observer: it logs "i: kind rule" and keeps the
+// events it saw.
+func (o *eventLog) observer(i int) worker.Observer {
+	o.mu.Lock()
+	o.seen = append(o.seen, nil)
+	o.mu.Unlock()
+	return worker.ObserverFunc(func(e worker.Event) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.lines = append(o.lines, fmt.Sprintf("%d: %s %s", i, e.Kind, e.Rule))
+		o.seen[i] = append(o.seen[i], e)
+	})
+}
+
+// checkOrder checks that each of n observers saw every event (each summed
+// up in want), in order, observer 0 first.
+func (o *eventLog) checkOrder(t testing.TB, n int, want []string) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var lines []string
+	for _, w := range want {
+		for i := range n {
+			lines = append(lines, fmt.Sprintf("%d: %s", i, w))
+		}
+	}
+	if strings.Join(o.lines, "\n") != strings.Join(lines, "\n") {
+		t.Errorf("observed:\n%s\nwant:\n%s", strings.Join(o.lines, "\n"), strings.Join(lines, "\n"))
+	}
+	for i := 1; i < n; i++ {
+		if !reflect.DeepEqual(o.seen[i], o.seen[0]) {
+			t.Errorf("observer %d saw other events than observer 0:\n%+v\n%+v", i, o.seen[i], o.seen[0])
+		}
+	}
+}
+
+// TestWorkerObserversGivenMoreThanOnce: worker.WithObserver given once,
+// twice or three times: every observer receives every event, in the order
+// the observers were given.
+func TestWorkerObserversGivenMoreThanOnce(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("%d observers", n), func(t *testing.T) {
+			tg := redistest.New(t)
+			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
+			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
+			log := &eventLog{}
+			var opts []worker.Option
+			for i := range n {
+				opts = append(opts, worker.WithObserver(log.observer(i)))
+			}
+			th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+				worker.Rate("hourly", worker.AnyTask(), l),
+				worker.Concurrency("capped", worker.AnyTask(), c),
+			}, opts...)
+			runTasks(t, th, 2)
+			log.checkOrder(t, n, []string{
+				"admitted ", "lease_taken capped", "lease_released capped",
+				"rescheduled hourly",
+			})
+		})
+	}
+}
