@@ -89,8 +89,8 @@ func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...
 func (c *ConcurrencyLimiter) Policy() Concurrency { return c.policy }
 
 // Name returns the limiter's name: the one given with WithName, else its
-// policy's short form ("conc:3/30s"). Decisions carry it as
-// Decision.Limiter.
+// policy as its Redis keys write it ("conc:3/30s", "conc:3/1m0s").
+// Decisions carry it as Decision.Limiter.
 func (c *ConcurrencyLimiter) Name() string { return c.cfg.name }
 
 // Key returns the Redis key holding callerKey's holders.

@@ -132,8 +132,9 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 }
 
 // Name returns the limiter's name: the one given with WithName, else its
-// policy's short form ("gcra:10/1s:5"). Decisions carry it as
-// Decision.Limiter.
+// policy as its Redis keys write it ("gcra:10/1s:5"; "gcra:5/1m0s:5" for a
+// rate per minute, which Policy().String() writes "gcra:5/1m:5").
+// Decisions carry it as Decision.Limiter.
 func (l *Limiter) Name() string { return l.cfg.name }
 
 // Key returns the Redis key holding the state of callerKey, for inspection
