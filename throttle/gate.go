@@ -132,6 +132,24 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	if err != nil {
 		return gate.Start{}, err
 	}
+	began := l.began()
+	s, err := l.start(ctx, sp, req)
+	l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
+	return s, err
+}
+
+// observeGate reports a task's start or claim on a meter to the limiter's
+// observer as one decision: admitted when the task may start (at at),
+// throttled when it may not yet.
+func (l *Limiter) observeGate(ctx context.Context, key string, n int, began time.Time, sp *spec, admitted bool, at time.Time, err error) {
+	r := Result{Allowed: admitted, policy: sp}
+	if admitted && !at.IsZero() {
+		r.serverTime = at.UnixMicro()
+	}
+	l.observe(ctx, OpAllow, key, n, began, r, err)
+}
+
+func (l *Limiter) start(ctx context.Context, sp *spec, req gate.StartRequest) (gate.Start, error) {
 	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Start{}, err
 	}
@@ -187,6 +205,13 @@ func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim,
 	if err != nil {
 		return gate.Claim{}, err
 	}
+	began := l.began()
+	c, err := l.claim(ctx, sp, req)
+	l.observeGate(ctx, req.Key, req.N, began, sp, c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, err)
+	return c, err
+}
+
+func (l *Limiter) claim(ctx context.Context, sp *spec, req gate.ClaimRequest) (gate.Claim, error) {
 	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Claim{}, err
 	}

@@ -14,7 +14,7 @@ type Op string
 
 // The calls a limiter reports to its [Observer].
 const (
-	OpAllow   Op = "allow"   // Allow, AllowN, Wait on the window policies, AllowMany
+	OpAllow   Op = "allow"   // Allow, AllowN, Wait on the window policies, AllowMany; a worker task's start on a TokenBucket or GCRA
 	OpPeek    Op = "peek"    // Peek
 	OpReserve Op = "reserve" // Reserve, and Wait on the meters (and the worker's bookings)
 	OpAcquire Op = "acquire" // ConcurrencyLimiter.Acquire

@@ -1,0 +1,64 @@
+package worker_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
+)
+
+// TestMeterStartsReachTheLimitersObserver: a TokenBucket or GCRA limiter
+// that only the worker uses reports each task's start to its observer (a
+// metrics Collector, a dashboard Publisher): admitted when the task may
+// start, throttled when it is sent back.
+func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
+	for _, p := range []throttle.Policy{
+		throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2},
+		throttle.TokenBucket{Rate: throttle.PerHour(1), Burst: 2},
+	} {
+		t.Run(p.String(), func(t *testing.T) {
+			tg := redistest.New(t)
+			var mu sync.Mutex
+			count := map[throttle.Outcome]int{}
+			var slots []time.Time
+			obs := throttle.ObserverFunc(func(d throttle.Decision) {
+				mu.Lock()
+				defer mu.Unlock()
+				if d.Op == throttle.OpPeek {
+					return
+				}
+				count[d.Outcome]++
+				if d.Outcome == throttle.Admitted {
+					if d.Limiter != "partner-api" || d.Policy != p.String() || d.PolicySource != throttle.SourceCode || d.Key != "" && d.Key != "all" {
+						t.Errorf("decision %+v: want the limiter's name, policy and source", d)
+					}
+					slots = append(slots, d.Slot)
+				}
+			})
+			l := rateLimiter(t, tg, p, throttle.WithName("partner-api"), throttle.WithObserver(obs))
+			th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("partner", worker.AnyTask(), l, worker.KeyBy(worker.Constant("all")))},
+				worker.WithPrefix(tg.Prefix), worker.WithInlineWait(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = th.Close(t.Context()) })
+			errs := runTasks(t, th, 3)
+			if errs[0] != nil || errs[1] != nil || errs[2] == nil {
+				t.Fatalf("tasks returned %v; want two run and the third sent back", errs)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if count[throttle.Admitted] != 2 || count[throttle.Throttled] < 1 {
+				t.Fatalf("the observer saw %d admitted and %d throttled decisions; want 2 and at least 1", count[throttle.Admitted], count[throttle.Throttled])
+			}
+			for _, s := range slots {
+				if s.IsZero() {
+					t.Errorf("an admitted start without its slot: %v", slots)
+				}
+			}
+		})
+	}
+}
