@@ -39,7 +39,7 @@ const maxTickets = 200
 // bookings reads key's bookings ahead: its tickets that still count (their
 // generation is the key's current one) and its waiting room.
 func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, now time.Time) (bookingsView, error) {
-	var b bookingsView
+	b := bookingsView{Tickets: []booking{}}
 	rd, err := h.inv.readerFor(v)
 	if err != nil || rd == nil || rd.rate == nil {
 		return b, err

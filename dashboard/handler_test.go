@@ -205,11 +205,12 @@ func TestDashboardData(t *testing.T) {
 			Throttled           bool
 		}
 		Bookings struct {
-			Meter bool
+			Meter   bool
+			Tickets []any // [] with none: the page's script reads its length
 		}
 	}
 	s.getJSON(t, "/ops/api/key?"+q("name", "partner-api", "key", hostile), &key)
-	if key.State.Key != hostile || key.State.Policy != "gcra:2/1m:2" || key.State.Source != "code" || !key.State.Throttled || !key.Bookings.Meter {
+	if key.State.Key != hostile || key.State.Policy != "gcra:2/1m:2" || key.State.Source != "code" || !key.State.Throttled || !key.Bookings.Meter || key.Bookings.Tickets == nil {
 		t.Errorf("key = %+v", key)
 	}
 

@@ -65,15 +65,17 @@
     if (!box) return false;
     const ns = "http://www.w3.org/2000/svg";
     chart.svg = document.createElementNS(ns, "svg");
-    chart.svg.setAttribute("viewBox", "0 0 900 220");
-    chart.svg.setAttribute("preserveAspectRatio", "none");
+    chart.svg.setAttribute("viewBox", "0 0 900 222");
     chart.lines = {};
     const axis = document.createElementNS(ns, "line");
     for (const [a, v] of Object.entries({ x1: 0, y1: 200, x2: 900, y2: 200, class: "axis" })) axis.setAttribute(a, v);
     chart.svg.appendChild(axis);
-    chart.max = document.createElementNS(ns, "text");
-    chart.max.setAttribute("x", 4); chart.max.setAttribute("y", 14);
-    chart.svg.appendChild(chart.max);
+    chart.axis = axis;
+    const text = (x, y, anchor) => { const t = document.createElementNS(ns, "text"); t.setAttribute("x", x); t.setAttribute("y", y); t.setAttribute("text-anchor", anchor); chart.svg.appendChild(t); return t; };
+    chart.max = text(4, 14, "start");
+    chart.from = text(4, 216, "start");
+    chart.now = text(896, 216, "end");
+    chart.now.textContent = "now";
     for (const s of ["admitted", "throttled", "rescheduled"]) {
       const p = document.createElementNS(ns, "polyline");
       p.setAttribute("class", s);
@@ -100,14 +102,23 @@
     const v = await get("api/series?" + q(args));
     for (const p of v.points) chart.points.set(p[0], p);
     if (v.points.length) last = v.points[v.points.length - 1][0];
-    const end = Math.floor(v.now / 1000), start = end - 900;
-    for (const t of chart.points.keys()) if (t < start) chart.points.delete(t);
-    let top = 1;
-    for (const p of chart.points.values()) top = Math.max(top, p[1], p[2], p[3]);
+    const end = Math.floor(v.now / 1000);
+    for (const t of chart.points.keys()) if (t < end - 900) chart.points.delete(t);
+    // The chart spans the last 15 minutes, or less when the counts began
+    // later (at least a minute): a young fleet's seconds stay readable.
+    let top = 1, first = end;
+    for (const [t, p] of chart.points) { top = Math.max(top, p[1], p[2], p[3]); if (p[1] || p[2] || p[3]) first = Math.min(first, t); }
+    const span = Math.min(900, Math.max(60, end - first + 10)), start = end - span;
+    // drawn at the chart's own width, so that its text is not stretched
+    const w = Math.max(300, Math.round(chart.svg.clientWidth || 900));
+    chart.svg.setAttribute("viewBox", "0 0 " + w + " 222");
+    chart.axis.setAttribute("x2", w);
+    chart.now.setAttribute("x", w - 4);
     chart.max.textContent = top + "/s";
+    chart.from.textContent = span >= 120 ? Math.round(span / 60) + " min ago" : span + " s ago";
     ["admitted", "throttled", "rescheduled"].forEach((s, i) => {
       const pts = [];
-      for (let t = start; t < end; t++) { const p = chart.points.get(t); const y = p ? p[i + 1] : 0; pts.push((t - start) + "," + (200 - 180 * y / top).toFixed(1)); }
+      for (let t = start; t < end; t++) { const p = chart.points.get(t); const y = p ? p[i + 1] : 0; pts.push(((t - start) * w / span).toFixed(1) + "," + (200 - 180 * y / top).toFixed(1)); }
       chart.lines[s].setAttribute("points", pts.join(" "));
       // the latest second the fleet has surely written: three seconds back
       const p = chart.points.get(end - 3);
@@ -145,10 +156,10 @@
     }
     pairs.push(["Admitted, 15 min", String(s.admitted)], ["Held back, 15 min", String(s.heldBack)]);
     facts($("state"), pairs);
-    const b = v.bookings;
+    const b = v.bookings, tickets = b.tickets || [];
     $("ahead").textContent = !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
-      "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + b.tickets.length + " ticket" + (b.tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
-    fill($("bookings").tBodies[0], b.tickets.map((t) => [t.ticket, new Date(t.untilMs).toISOString(), num(fmtMs(t.inMs))]));
+      "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + tickets.length + " ticket" + (tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
+    fill($("bookings").tBodies[0], tickets.map((t) => [t.ticket, new Date(t.untilMs).toISOString(), num(fmtMs(t.inMs))]));
   }
 
   function actions() {
