@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jobthrottle/jobthrottle/dashboard"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
@@ -116,6 +117,16 @@ func TestPageLoadWithManyKeys(t *testing.T) {
 		t.Fatalf("series: %d admitted, %d throttled; want %d and %d", admitted, throttled, manyKeys, wantThrottled)
 	}
 	t.Logf("figures: the limiter's page with %d keys loads in %s (HTML, script, limiter, first page of keys, chart)", manyKeys, total.Round(time.Millisecond))
+	if chromium := findChromium(); chromium != "" {
+		// The same page in a browser: from navigation to the first page of
+		// keys shown, its chart drawn.
+		b := startBrowser(t, chromium)
+		start := time.Now()
+		b.run(t, "load the limiter's page", chromedp.Navigate(srv.URL+"/limiter?"+q("name", "bulk")))
+		waitFor(t, b, "50 keys shown", `document.querySelectorAll("#keys tbody tr").length`, func(n int) bool { return n == dashboard.DefaultPageSize })
+		waitFor(t, b, "the chart drawn", `(document.querySelector("polyline.throttled").getAttribute("points") || "").length`, func(n int) bool { return n > 0 })
+		t.Logf("figures: the limiter's page with %d keys, in Chromium: keys and chart shown %s after navigating", manyKeys, time.Since(start).Round(time.Millisecond))
+	}
 	fetch("/api/keys?"+q("name", "bulk", "prefix", "tenant-0999", "sort", "key", "page", "2"), &keys)
 	if keys.Total != 10 || len(keys.Rows) != 10 || keys.Rows[0].Key != "tenant-09990" {
 		t.Fatalf("search: total %d, %d rows on page 2 of 1 (the last page is shown)", keys.Total, len(keys.Rows))
