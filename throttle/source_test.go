@@ -3,12 +3,10 @@ package throttle_test
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/observetest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
@@ -284,47 +282,12 @@ func TestLimiterName(t *testing.T) {
 	}
 }
 
-// orderLog is a set of observers writing, in turn, to one log.
-type orderLog struct {
-	mu    sync.Mutex
-	lines []string
-	seen  [][]throttle.Decision // by observer
-}
-
-// observer returns the i-th observer: it logs "i: op key outcome" and keeps
-// the decisions it saw.
-func (o *orderLog) observer(i int) throttle.Observer {
-	o.mu.Lock()
-	o.seen = append(o.seen, nil)
-	o.mu.Unlock()
+// orderObserver returns the i-th observer of log: it logs "op key outcome" and keeps
+// what it saw.
+func orderObserver(log *observetest.Log[throttle.Decision], i int) throttle.Observer {
 	return throttle.ObserverFunc(func(d throttle.Decision) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.lines = append(o.lines, fmt.Sprintf("%d: %s %s %s", i, d.Op, d.Key, d.Outcome))
-		o.seen[i] = append(o.seen[i], d)
+		log.Record(i, fmt.Sprintf("%s %s %s", d.Op, d.Key, d.Outcome), d)
 	})
-}
-
-// checkOrder checks that each of n observers saw every decision (each
-// summed up in want), in order, observer 0 first.
-func (o *orderLog) checkOrder(t testing.TB, n int, want []string) {
-	t.Helper()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var lines []string
-	for _, w := range want {
-		for i := range n {
-			lines = append(lines, fmt.Sprintf("%d: %s", i, w))
-		}
-	}
-	if strings.Join(o.lines, "\n") != strings.Join(lines, "\n") {
-		t.Errorf("observed:\n%s\nwant:\n%s", strings.Join(o.lines, "\n"), strings.Join(lines, "\n"))
-	}
-	for i := 1; i < n; i++ {
-		if !reflect.DeepEqual(o.seen[i], o.seen[0]) {
-			t.Errorf("observer %d saw other decisions than observer 0:\n%+v\n%+v", i, o.seen[i], o.seen[0])
-		}
-	}
 }
 
 // TestObserversGivenMoreThanOnce: WithObserver given once, twice or
@@ -335,10 +298,10 @@ func TestObserversGivenMoreThanOnce(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d observers", n), func(t *testing.T) {
-			log := &orderLog{}
+			log := &observetest.Log[throttle.Decision]{}
 			var opts []throttle.Option
-			for i := range n {
-				opts = append(opts, throttle.WithObserver(log.observer(i)))
+			for range n {
+				opts = append(opts, throttle.WithObserver(orderObserver(log, log.Add())))
 			}
 			l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
 				append([]throttle.Option{throttle.WithName(fmt.Sprintf("limiter-%d", n))}, opts...)...)
@@ -358,7 +321,7 @@ func TestObserversGivenMoreThanOnce(t *testing.T) {
 			if _, _, err := conc.Acquire(ctx, "c"); err != nil {
 				t.Fatal(err)
 			}
-			log.checkOrder(t, n, []string{
+			log.CheckOrder(t, n, []string{
 				"allow a admitted", "allow a throttled", "peek b admitted",
 				"acquire c admitted", "acquire c throttled",
 			})

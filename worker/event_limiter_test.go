@@ -3,14 +3,12 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
+	"github.com/jobthrottle/jobthrottle/internal/observetest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -135,47 +133,12 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 	}
 }
 
-// eventLog is a set of worker observers writing, in turn, to one log.
-type eventLog struct {
-	mu    sync.Mutex
-	lines []string
-	seen  [][]worker.Event // by observer
-}
-
-// observer returns the i-th observer: it logs "i: kind rule" and keeps the
-// events it saw.
-func (o *eventLog) observer(i int) worker.Observer {
-	o.mu.Lock()
-	o.seen = append(o.seen, nil)
-	o.mu.Unlock()
+// eventObserver returns the i-th observer of log: it logs "kind rule" and keeps
+// what it saw.
+func eventObserver(log *observetest.Log[worker.Event], i int) worker.Observer {
 	return worker.ObserverFunc(func(e worker.Event) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.lines = append(o.lines, fmt.Sprintf("%d: %s %s", i, e.Kind, e.Rule))
-		o.seen[i] = append(o.seen[i], e)
+		log.Record(i, fmt.Sprintf("%s %s", e.Kind, e.Rule), e)
 	})
-}
-
-// checkOrder checks that each of n observers saw every event (each summed
-// up in want), in order, observer 0 first.
-func (o *eventLog) checkOrder(t testing.TB, n int, want []string) {
-	t.Helper()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var lines []string
-	for _, w := range want {
-		for i := range n {
-			lines = append(lines, fmt.Sprintf("%d: %s", i, w))
-		}
-	}
-	if strings.Join(o.lines, "\n") != strings.Join(lines, "\n") {
-		t.Errorf("observed:\n%s\nwant:\n%s", strings.Join(o.lines, "\n"), strings.Join(lines, "\n"))
-	}
-	for i := 1; i < n; i++ {
-		if !reflect.DeepEqual(o.seen[i], o.seen[0]) {
-			t.Errorf("observer %d saw other events than observer 0:\n%+v\n%+v", i, o.seen[i], o.seen[0])
-		}
-	}
 }
 
 // TestWorkerObserversGivenMoreThanOnce: worker.WithObserver given once,
@@ -187,17 +150,17 @@ func TestWorkerObserversGivenMoreThanOnce(t *testing.T) {
 			tg := redistest.New(t)
 			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
 			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
-			log := &eventLog{}
+			log := &observetest.Log[worker.Event]{}
 			var opts []worker.Option
-			for i := range n {
-				opts = append(opts, worker.WithObserver(log.observer(i)))
+			for range n {
+				opts = append(opts, worker.WithObserver(eventObserver(log, log.Add())))
 			}
 			th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 				worker.Rate("hourly", worker.AnyTask(), l),
 				worker.Concurrency("capped", worker.AnyTask(), c),
 			}, opts...)
 			runTasks(t, th, 2)
-			log.checkOrder(t, n, []string{
+			log.CheckOrder(t, n, []string{
 				"admitted ", "lease_taken capped", "lease_released capped",
 				"rescheduled hourly",
 			})
