@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/redis/go-redis/v9"
@@ -90,7 +91,7 @@ func NewPublisher(client redis.UniversalClient, opts ...PublisherOption) (*Publi
 }
 
 func newPublisher(client redis.UniversalClient, now func() time.Time, opts ...PublisherOption) (*Publisher, error) {
-	if client == nil {
+	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
 	host, _ := os.Hostname()
