@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"mime"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -34,6 +36,9 @@ const maxActionBody = 64 << 10
 // the dashboard's page and carries the token.
 func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request) {
 	if status, msg := h.admit(r); status != 0 {
+		if status == http.StatusForbidden || status == http.StatusUnauthorized {
+			h.cfg.logger.Warn("dashboard: action refused", slog.String("reason", msg), slog.String("remote", r.RemoteAddr))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
@@ -109,6 +114,18 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 		}
 		return nil
 	}
+	// invalid says whether err is the request's fault (400) rather than
+	// Redis's (502, logged).
+	invalid := func(err error) error {
+		if errors.Is(err, throttle.ErrInvalidPolicy) || errors.Is(err, throttle.ErrInvalidKey) ||
+			errors.Is(err, throttle.ErrInvalidDelay) || errors.Is(err, throttle.ErrInvalidOption) {
+			return bad("%v", err)
+		}
+		return err
+	}
+	if req.Key != "" && keyspace.IsHashed(req.Key) {
+		return "", bad("%q is a key stored by its hash (WithKeyHashing): the dashboard cannot act on it", req.Key)
+	}
 	switch req.Action {
 	case "reset", "block", "unblock":
 		if err := needKey(); err != nil {
@@ -127,20 +144,24 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 			} else {
 				err = rd.rate.Reset(ctx, req.Key)
 			}
-			return "reset " + strconv.Quote(req.Key), err
+			return "reset " + strconv.Quote(req.Key), invalid(err)
 		}
 		if rd.rate == nil {
 			return "", bad("a concurrency cap has no block")
 		}
 		if req.Action == "unblock" {
-			return "unblocked " + strconv.Quote(req.Key), rd.rate.Unblock(ctx, req.Key)
+			done := "unblocked " + strconv.Quote(req.Key)
+			if v.Algorithm == "gcra" || v.Algorithm == "tb" {
+				done += " (a TokenBucket or GCRA keeps its block in its state: the key was reset, its bookings and waiting room cleared)"
+			}
+			return done, invalid(rd.rate.Unblock(ctx, req.Key))
 		}
 		d, err := time.ParseDuration(req.Duration)
 		if err != nil {
 			return "", bad("block for how long? %v", err)
 		}
 		if err := rd.rate.BlockFor(ctx, req.Key, d); err != nil {
-			return "", bad("%v", err)
+			return "", invalid(err)
 		}
 		return "blocked " + strconv.Quote(req.Key) + " for " + d.String(), nil
 	case "set", "unset":
@@ -154,7 +175,7 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 		}
 		if req.Action == "unset" {
 			if err := h.store.Unset(ctx, v.Name, keys...); err != nil {
-				return "", bad("%v", err)
+				return "", invalid(err)
 			}
 			return "removed the policy stored for " + what, nil
 		}
@@ -163,7 +184,7 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 			return "", bad("%v", err)
 		}
 		if err := h.store.Set(ctx, v.Name, p, keys...); err != nil {
-			return "", bad("%v", err)
+			return "", invalid(err)
 		}
 		return "stored " + p.String() + " for " + what, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
+	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
 // hottest is how many keys a limiter's page ranks.
@@ -39,7 +40,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, answer func(ctx 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		status, msg := http.StatusBadGateway, "dashboard: reading Redis failed: "+err.Error()
+		// Redis's own errors name its addresses: they go to the log, not
+		// to whoever can see the page.
+		status, msg := http.StatusBadGateway, "dashboard: Redis did not answer; the server's log says why"
 		var bad apiError
 		if errors.As(err, &bad) {
 			status, msg = bad.status, bad.msg
@@ -120,7 +123,7 @@ func (h *Handler) states(ctx context.Context, v limiterView, rows []fleet.KeyAct
 		return nil, err
 	}
 	var hashed map[string]bool
-	if lk := keys[v.Name]; lk != nil {
+	if lk := keys[v.keysName()]; lk != nil {
 		hashed = lk.hashed
 	}
 	callers := make([]string, len(rows))
@@ -176,7 +179,7 @@ func (h *Handler) keyRows(ctx context.Context, v limiterView, now time.Time, pre
 		return nil, err
 	}
 	rows := active
-	if lk := keys[v.Name]; lk != nil {
+	if lk := keys[v.keysName()]; lk != nil {
 		known := make(map[string]bool, len(active))
 		for _, a := range active {
 			known[a.Key] = true
@@ -224,7 +227,17 @@ func (h *Handler) apiKey(w http.ResponseWriter, r *http.Request) {
 			return nil, err
 		}
 		s := states[0]
-		s.Source = h.keySource(ctx, v, key, now)
+		var plan string
+		s.Source, plan = h.keySource(ctx, v, key, now)
+		if plan != "" && plan != s.Policy {
+			// The code's plan chose this key's policy, which the dashboard
+			// cannot run: the state is read under the plan's policy.
+			if s, err = h.readUnder(ctx, v, plan, key); err != nil {
+				return nil, err
+			}
+			s.Admitted, s.HeldBack = a.Admitted, a.HeldBack
+			s.Source = "the code's plan for this key"
+		}
 		if s.Policy == "" {
 			s.Policy = v.Policy
 		}
@@ -236,17 +249,32 @@ func (h *Handler) apiKey(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// keySource says where the policy in force for key comes from.
-func (h *Handler) keySource(ctx context.Context, v limiterView, key string, now time.Time) string {
+// keySource says where the policy in force for key comes from, and the
+// policy a plan chose for it, as the fleet's processes last saw it.
+func (h *Handler) keySource(ctx context.Context, v limiterView, key string, now time.Time) (source, plan string) {
 	for _, o := range v.Overrides {
 		if o.Key == key {
-			return "stored for this key"
+			return "stored for this key", ""
 		}
 	}
-	if _, source, err := fleet.KeyPolicy(ctx, h.client, h.cfg.prefix, v.Name, key, now.Add(-window)); err == nil && source == "plan" {
-		return "the code's plan for this key"
+	if v.Source == "code" {
+		policy, source, err := fleet.KeyPolicy(ctx, h.client, h.cfg.prefix, v.Name, key, now.Add(-window))
+		if err == nil && source == string(throttle.SourcePlan) && policy != "" {
+			return "the code's plan for this key", policy
+		}
 	}
-	return v.Source
+	return v.Source, ""
+}
+
+// readUnder reads key's state under policy, a plan's, with a limiter of
+// its own.
+func (h *Handler) readUnder(ctx context.Context, v limiterView, policy, key string) (keyState, error) {
+	v.CodePolicy, v.StoredPolicy = policy, ""
+	rd, err := h.inv.newReader(v)
+	if err != nil {
+		return keyState{}, err
+	}
+	return rd.read(ctx, key)
 }
 
 // seriesPoint is one second: its Unix time and its admitted, throttled

@@ -31,12 +31,26 @@ type Handler struct {
 }
 
 // New returns the dashboard of the limiters in client's Redis (a
-// *redis.Client, or a *redis.ClusterClient for a Redis Cluster). It
-// checks its options, and fails with an error wrapping [ErrInvalidOption]
-// on bad ones; it does not reach Redis.
+// *redis.Client, or a *redis.ClusterClient for a Redis Cluster). Its
+// options and their defaults:
+//
+//	WithPrefix(p)            "throttle:"        the limiters' and Publishers' key prefix
+//	WithActions(token)       none: read-only    reset, block, unblock, store policies
+//	WithCodePolicies(m)      none               policies of named limiters no Publisher saw
+//	WithPageSize(n)          50                 keys on a page
+//	WithTimeout(d)           5s                 Redis calls of one request
+//	WithLogger(l)            slog.Default()     failed requests, actions, refused actions
+//
+// A nil client, another kind of client or a bad option fails with an error
+// wrapping [ErrInvalidOption]. New does not reach Redis.
 func New(client redis.UniversalClient, opts ...Option) (*Handler, error) {
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	switch client.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		return nil, fmt.Errorf("%w: the dashboard scans keys with a *redis.Client or *redis.ClusterClient, not a %T", ErrInvalidOption, client)
 	}
 	cfg := config{prefix: throttle.DefaultPrefix, pageSize: DefaultPageSize, timeout: DefaultTimeout}
 	for _, opt := range opts {
@@ -74,25 +88,32 @@ func New(client redis.UniversalClient, opts ...Option) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "" {
 		// Mounted at "/x" and asked for "/x": the relative links need the
-		// slash.
-		http.Redirect(w, r, r.URL.RawPath+"./"+lastSegment(r), http.StatusMovedPermanently)
+		// slash. The browser resolves the relative Location against what
+		// it asked for (http.Redirect would resolve it against the path
+		// StripPrefix left, which is empty).
+		w.Header().Set("Location", lastSegment(r))
+		w.WriteHeader(http.StatusFound)
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.mux.ServeHTTP(w, r)
 }
 
 // lastSegment returns the last element of the path the client asked for,
-// with a slash: what a redirect relative to it needs.
+// with a slash, and the query: a Location relative to what it asked for.
+// "./" keeps a segment holding ':' from reading as a scheme.
 func lastSegment(r *http.Request) string {
-	p := strings.TrimSuffix(r.RequestURI, "?"+r.URL.RawQuery)
+	p, query, _ := strings.Cut(r.RequestURI, "?")
 	if i := strings.LastIndexByte(p, '/'); i >= 0 {
 		p = p[i+1:]
 	}
-	return p + "/"
+	if query != "" {
+		query = "?" + query
+	}
+	return "./" + p + "/" + query
 }
 
 // pageData is what the page template shows before the script fills it in.

@@ -15,6 +15,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/dashboard"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
 )
 
 // hostile is a caller key an outsider chose: markup and script.
@@ -55,9 +56,15 @@ func newSite(t *testing.T, opts ...dashboard.Option) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(http.StripPrefix("/ops", h))
+	return &site{tgt: tgt, limiter: l, srv: httptestServer(t, http.StripPrefix("/ops", h))}
+}
+
+// httptestServer serves h until the test ends.
+func httptestServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &site{tgt: tgt, limiter: l, srv: srv}
+	return srv
 }
 
 // get fetches path and returns the status and body.
@@ -132,9 +139,15 @@ func TestDashboardPages(t *testing.T) {
 		}
 	}
 	// Mounted at /ops, asked for /ops: the relative links need the slash.
-	status, _ := s.get(t, "/ops")
-	if status != http.StatusMovedPermanently {
-		t.Errorf("GET /ops: status %d, want a redirect to /ops/", status)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(s.srv.URL + "/ops?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	base, _ := url.Parse(s.srv.URL + "/ops?x=1")
+	if loc, err := base.Parse(resp.Header.Get("Location")); resp.StatusCode != http.StatusFound || err != nil || loc.RequestURI() != "/ops/?x=1" {
+		t.Errorf("GET /ops: %d to %q, want a redirect to /ops/?x=1", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
 
@@ -390,5 +403,10 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := dashboard.New(nil); !errors.Is(err, dashboard.ErrInvalidOption) {
 		t.Errorf("nil client: New returned %v", err)
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := dashboard.New(ring); !errors.Is(err, dashboard.ErrInvalidOption) {
+		t.Errorf("a Ring, which cannot be scanned: New returned %v", err)
 	}
 }

@@ -4,18 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/scan"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
 // rescan is how long one scan of the keys serves requests: the pages ask
@@ -90,30 +86,34 @@ func (inv *inventory) keys(ctx context.Context) (map[string]*limiterKeys, error)
 	return byName, nil
 }
 
-// reader reads the keys of one limiter: with the library's limiter when
-// its policy is known, else (a named concurrency cap) by counting holders.
+// reader reads the keys of one limiter with the library's limiter, built
+// with its policy.
 type reader struct {
 	policy string // what it was built with, to notice a change
 	rate   *throttle.Limiter
 	conc   *throttle.ConcurrencyLimiter
-	name   string
-	kind   string
-	prefix string
-	client redis.UniversalClient
 }
 
 // readerFor returns a reader of v's keys; nil when its policy is not known.
 func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
-	if v.Kind == kindConcurrency && policy == "" && v.Name == v.form {
-		policy = v.form
-	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	if rd := inv.readers[v.Name]; rd != nil && rd.policy == policy {
 		return rd, nil
 	}
-	rd := &reader{policy: policy, name: v.Name, kind: v.Kind, prefix: inv.h.cfg.prefix, client: inv.h.client}
+	rd, err := inv.newReader(v)
+	if err == nil && rd != nil {
+		inv.readers[v.Name] = rd
+	}
+	return rd, err
+}
+
+// newReader returns a new reader of v's keys under its policy in code, else
+// the one stored for it; nil when neither is known.
+func (inv *inventory) newReader(v limiterView) (*reader, error) {
+	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
+	rd := &reader{policy: policy}
 	opts := []throttle.Option{throttle.WithPrefix(inv.h.cfg.prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
 	if v.named() {
 		opts = append(opts, throttle.WithName(v.Name))
@@ -121,16 +121,14 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 	client := inv.h.client
 	var err error
 	switch {
-	case v.Kind == kindConcurrency && strings.HasPrefix(policy, "conc:"):
+	case policy == "":
+		return nil, nil
+	case v.Kind == kindConcurrency:
 		limit, lease, perr := keyspace.ParseConcurrency(policy)
 		if perr != nil {
 			return nil, perr
 		}
 		rd.conc, err = throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: limit, Lease: lease}, opts...)
-	case v.Kind == kindConcurrency:
-		// Holders are counted from the key; the limit is not known.
-	case policy == "":
-		return nil, nil
 	default:
 		p, perr := throttle.ParsePolicy(policy)
 		if perr != nil {
@@ -141,7 +139,6 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv.readers[v.Name] = rd
 	return rd, nil
 }
 
@@ -181,13 +178,9 @@ func (rd *reader) read(ctx context.Context, caller string) (keyState, error) {
 			blocked, err = rd.rate.BlockedFor(ctx, caller)
 			s.BlockedForMs = blocked.Milliseconds()
 		}
-	case rd.conc != nil:
+	default:
 		r, err = rd.conc.Peek(ctx, caller)
 		s.Leases = r.Limit - r.Remaining
-	default:
-		s.Leases, err = rd.holders(ctx, caller)
-		s.Known = err == nil
-		return s, err
 	}
 	if err != nil {
 		return s, err
@@ -197,18 +190,6 @@ func (rd *reader) read(ctx context.Context, caller string) (keyState, error) {
 	s.Limit, s.Remaining = r.Limit, r.Remaining
 	s.RetryAfterMs, s.ResetAfterMs = r.RetryAfter.Milliseconds(), r.ResetAfter.Milliseconds()
 	return s, nil
-}
-
-// holders counts the leases of a concurrency cap whose limit is not known:
-// the members of its holders set whose lease has not run out.
-func (rd *reader) holders(ctx context.Context, caller string) (int, error) {
-	now, err := fleet.Now(ctx, rd.client)
-	if err != nil {
-		return 0, err
-	}
-	key := rd.prefix + rd.name + "@conc:" + keyspace.Tag(caller)
-	n, err := rd.client.ZCount(ctx, key, fmt.Sprint(now.UnixMicro()), "+inf").Result()
-	return int(n), err
 }
 
 // readAll reads the states of callers, 16 at a time.

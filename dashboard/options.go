@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -75,6 +76,9 @@ func WithActions(token string) Option {
 func WithCodePolicies(policies map[string]throttle.Policy) Option {
 	return optionFunc(func(c *config) error {
 		for name, p := range policies {
+			if name == "" {
+				return fmt.Errorf("%w: a code policy for an empty limiter name", ErrInvalidOption)
+			}
 			if p == nil {
 				return fmt.Errorf("%w: nil policy for limiter %q", ErrInvalidOption, name)
 			}
@@ -82,7 +86,7 @@ func WithCodePolicies(policies map[string]throttle.Policy) Option {
 				return fmt.Errorf("%w: limiter %q: %w", ErrInvalidOption, name, err)
 			}
 		}
-		c.policies = policies
+		c.policies = maps.Clone(policies)
 		return nil
 	})
 }

@@ -48,7 +48,7 @@ const (
 // between two flushes. A decision counts once, whatever its N. A flush that
 // fails keeps its counts for the next one, for up to 15 minutes. Every key
 // it writes expires (see the package documentation). A Publisher is safe
-// for concurrent use.
+// for concurrent use. The zero value is not usable: call NewPublisher.
 type Publisher struct {
 	client   redis.UniversalClient
 	cfg      publisherConfig
@@ -151,7 +151,7 @@ func (p *Publisher) Observe(e worker.Event) {
 }
 
 // count adds c at this second of the Redis clock.
-func (p *Publisher) count(limiter, key, kind, policy, source string, c fleet.Counts) {
+func (p *Publisher) count(limiter, key, kind, policy string, source throttle.PolicySource, c fleet.Counts) {
 	unix := p.now().Add(time.Duration(p.offset.Load())).Unix()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -183,8 +183,8 @@ func (p *Publisher) count(limiter, key, kind, policy, source string, c fleet.Cou
 		l.Callers[key] = caller
 	}
 	caller.Seconds = fleet.Add(caller.Seconds, unix, c)
-	if source != "" && source != throttle.SourceCode && (caller.Policy != policy || caller.Source != source) {
-		caller.Policy, caller.Source = policy, source
+	if source != "" && source != throttle.SourceCode && (caller.Policy != policy || caller.Source != string(source)) {
+		caller.Policy, caller.Source = policy, string(source)
 	}
 }
 
@@ -223,7 +223,9 @@ func (p *Publisher) run() {
 		case <-p.stop:
 			return
 		case <-tick.C:
-			flushCtx, cancelFlush := context.WithTimeout(ctx, p.cfg.interval)
+			// A flush that times out after Redis applied it is written
+			// again with the next: give it time rather than count twice.
+			flushCtx, cancelFlush := context.WithTimeout(ctx, max(p.cfg.interval, flushTimeout))
 			_ = p.flush(flushCtx)
 			cancelFlush()
 		}
@@ -299,7 +301,14 @@ type publisherConfig struct {
 }
 
 // minFlushInterval is the shortest flush interval a Publisher accepts.
-const minFlushInterval = 100 * time.Millisecond
+const (
+	minFlushInterval = 100 * time.Millisecond
+	// maxFlushInterval keeps a process in the dashboard's fleet (it
+	// counts those seen within a minute) and its counts in the charts.
+	maxFlushInterval = 30 * time.Second
+	// flushTimeout is the least time a flush is given.
+	flushTimeout = 10 * time.Second
+)
 
 // WithPublishPrefix sets the prefix of the keys the Publisher writes: the
 // prefix the limiters and the dashboard use. It must not contain '{' or
@@ -314,12 +323,12 @@ func WithPublishPrefix(prefix string) PublisherOption {
 	})
 }
 
-// WithFlushInterval sets the time between two flushes, 100ms at least.
-// Default: 2s.
+// WithFlushInterval sets the time between two flushes, from 100ms to
+// 30s; the dashboard's charts lag by up to one. Default: 2s.
 func WithFlushInterval(d time.Duration) PublisherOption {
 	return publisherOptionFunc(func(c *publisherConfig) error {
-		if d < minFlushInterval {
-			return fmt.Errorf("%w: flush interval %s is shorter than %s", ErrInvalidOption, d, minFlushInterval)
+		if d < minFlushInterval || d > maxFlushInterval {
+			return fmt.Errorf("%w: flush interval %s is not from %s to %s", ErrInvalidOption, d, minFlushInterval, maxFlushInterval)
 		}
 		c.interval = d
 		return nil

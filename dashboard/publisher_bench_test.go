@@ -31,7 +31,7 @@ func decisions(tb testing.TB, limiters, keys int) []throttle.Decision {
 
 func BenchmarkPublisherObserve(b *testing.B) {
 	r := redistest.Embedded(b)
-	p, err := NewPublisher(r.Client, WithPublishPrefix(r.Prefix), WithFlushInterval(time.Hour))
+	p, err := NewPublisher(r.Client, WithPublishPrefix(r.Prefix), manualFlush())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func BenchmarkPublisherObserve(b *testing.B) {
 
 func BenchmarkPublisherFlush(b *testing.B) {
 	r := redistest.New(b)
-	p, err := NewPublisher(r.Client, WithPublishPrefix(r.Prefix), WithFlushInterval(time.Hour))
+	p, err := NewPublisher(r.Client, WithPublishPrefix(r.Prefix), manualFlush())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestPublishCost(t *testing.T) {
 		client := r.NewClient(t)
 		wire := &wireCounter{}
 		client.AddHook(wire)
-		p, err := newPublisher(client, clock.Now, WithPublishPrefix(r.Prefix), WithFlushInterval(time.Hour), WithPublisherLogger(nil))
+		p, err := newPublisher(client, clock.Now, WithPublishPrefix(r.Prefix), manualFlush(), WithPublisherLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}

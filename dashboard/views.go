@@ -19,6 +19,10 @@ const (
 // window is how far back the charts and the counts go.
 const window = 15 * time.Minute
 
+// forgotten is how long after a Publisher last saw a limiter the
+// dashboard stops listing it (unless it has keys in Redis).
+const forgotten = 24 * time.Hour
+
 // limiterView is one limiter as the pages show it.
 type limiterView struct {
 	Name         string     `json:"name"`
@@ -32,7 +36,7 @@ type limiterView struct {
 	Invalid      []string   `json:"invalid,omitempty"`
 	Keys         int        `json:"keys"` // keys with state in Redis
 	Rates        rates      `json:"rates"`
-	HeldBack     int64      `json:"heldBack"` // throttled and rescheduled, last 15 minutes
+	HeldBack     int64      `json:"heldBack"` // throttled, last 15 minutes
 	Named        bool       `json:"named"`
 	form         string     // the policy in the keys of a limiter without a name
 }
@@ -52,6 +56,10 @@ type rates struct {
 
 func (v limiterView) named() bool { return v.Named }
 
+// keysName is the name the limiter's keys are found under: its policy for
+// a limiter without a name and for a concurrency cap, else its name.
+func (v limiterView) keysName() string { return cmp.Or(v.form, v.Name) }
+
 // rateSpan is what rates average over; the last two seconds are left out,
 // as the fleet's counts for them may not all be written yet.
 const rateSpan = 10 * time.Second
@@ -59,7 +67,7 @@ const rateSpan = 10 * time.Second
 // limiters returns every limiter known: from the Publishers' records, the
 // keys in Redis and WithCodePolicies, sorted by name.
 func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) ([]limiterView, error) {
-	published, err := fleet.Limiters(ctx, h.client, h.cfg.prefix)
+	publishedLimiters, err := fleet.Limiters(ctx, h.client, h.cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +84,10 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 		views[name] = v
 		return v
 	}
-	for _, l := range published {
+	for _, l := range publishedLimiters {
+		if now.Sub(l.Seen) > forgotten {
+			continue // no process has used it for a day
+		}
 		v := get(l.Name)
 		v.Kind = cmp.Or(l.Kind, v.Kind)
 		v.CodePolicy = l.CodePolicy
@@ -91,6 +102,21 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 	}
 	for name, p := range h.cfg.policies {
 		get(name).CodePolicy = p.String()
+	}
+	published := make(map[string]bool, len(publishedLimiters))
+	for _, l := range publishedLimiters {
+		published[l.Name] = true
+	}
+	for _, v := range views {
+		// A concurrency cap's keys carry its policy, never its name: a named
+		// cap shows the keys of its policy, which are its own (caps of one
+		// policy share their slots).
+		if lk := keys[v.CodePolicy]; v.Kind == kindConcurrency && v.CodePolicy != v.Name && lk != nil {
+			v.Keys, v.Algorithm, v.form = len(lk.callers), lk.algorithm, v.CodePolicy
+			if !published[v.CodePolicy] {
+				delete(views, v.CodePolicy)
+			}
+		}
 	}
 	out := make([]limiterView, 0, len(views))
 	for _, v := range views {
@@ -108,15 +134,16 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 	return out, nil
 }
 
-// limiter returns the limiter named name; ok is false when none is known.
+// limiter returns the limiter named name, with its counts; ok is false
+// when none is known.
 func (h *Handler) limiter(ctx context.Context, now time.Time, name string) (limiterView, bool, error) {
-	all, err := h.limiters(ctx, now, true)
+	all, err := h.limiters(ctx, now, false)
 	if err != nil {
 		return limiterView{}, false, err
 	}
 	for _, v := range all {
 		if v.Name == name {
-			return v, true, nil
+			return v, true, h.count(ctx, &v, now)
 		}
 	}
 	return limiterView{}, false, nil
@@ -183,7 +210,7 @@ func (h *Handler) count(ctx context.Context, v *limiterView, now time.Time) erro
 	from := now.Add(-rateSpan - 2*time.Second)
 	to := now.Add(-2 * time.Second)
 	for _, p := range points {
-		v.HeldBack += p.Throttled + p.Rescheduled
+		v.HeldBack += p.Throttled // a task sent back was throttled first
 		if !p.At.Before(from) && p.At.Before(to) {
 			r.Admitted += float64(p.Admitted)
 			r.Throttled += float64(p.Throttled)

@@ -16,7 +16,7 @@ func (c *Collector) ObserveDecision(d throttle.Decision) {
 	op := series.LabelValue(string(d.Op))
 	own := c.limiter(limiter)
 	c.decisions.WithLabelValues(limiter, op, d.Outcome.String()).Inc()
-	if d.Policy != "" {
+	if d.Policy != "" && d.Op != throttle.OpAcquire { // rate limiters only: a cap's policy never changes
 		c.policies.WithLabelValues(limiter, series.LabelValue(d.Policy)).Inc()
 	}
 	c.latency.WithLabelValues(limiter, op).Observe(d.Latency.Seconds())

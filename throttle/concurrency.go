@@ -77,6 +77,7 @@ func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...
 	if err != nil {
 		return nil, err
 	}
+	c.fixed = id
 	return &ConcurrencyLimiter{
 		conn:   c,
 		policy: p,

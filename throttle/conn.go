@@ -19,6 +19,9 @@ type conn struct {
 	client  redis.UniversalClient
 	cfg     config
 	outages *outageLog
+	// fixed is the policy of a ConcurrencyLimiter, which decisions carry
+	// as theirs ("conc:3/30s"); a Limiter's come with each Result.
+	fixed string
 }
 
 // newConn validates the client and applies the options; name is the

@@ -134,13 +134,16 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	}
 	began := l.began()
 	s, err := l.start(ctx, sp, req)
-	l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
+	if req.Held != gate.HeldByTicket { // a booking was reported when it was made
+		l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
+	}
 	return s, err
 }
 
 // observeGate reports a task's start or claim on a meter to the limiter's
 // observer as one decision: admitted when the task may start (at at),
-// throttled when it may not yet.
+// throttled when it may not yet. A start by a ticket's booking is not
+// reported again: the booking (Reserve) was.
 func (l *Limiter) observeGate(ctx context.Context, key string, n int, began time.Time, sp *spec, admitted bool, at time.Time, err error) {
 	r := Result{Allowed: admitted, policy: sp}
 	if admitted && !at.IsZero() {
@@ -207,7 +210,9 @@ func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim,
 	}
 	began := l.began()
 	c, err := l.claim(ctx, sp, req)
-	l.observeGate(ctx, req.Key, req.N, began, sp, c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, err)
+	if req.Held != gate.HeldByTicket { // a booking was reported when it was made
+		l.observeGate(ctx, req.Key, req.N, began, sp, c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, err)
+	}
 	return c, err
 }
 

@@ -150,12 +150,15 @@ func (lv *live) install(ctx context.Context, c *conn, next *liveSet, fields map[
 			}
 		} else {
 			delete(lv.reported, field)
+			// a new spec, not yet shared: the one kept above has its source
+			sp.source = SourceStoredForKey
+			if field == storedAll {
+				sp.source = SourceStored
+			}
 		}
 		if field == storedAll {
-			sp.source = SourceStored
 			next.all = sp
 		} else {
-			sp.source = SourceStoredForKey
 			next.keys[caller] = sp
 		}
 	}

@@ -66,14 +66,15 @@ type Decision struct {
 	N int
 	// Policy is the policy that decided, in the short form ParsePolicy
 	// reads ("gcra:10/1s:5"): the one in force for Key, which a plan
-	// (WithPlan) or a stored policy (PolicyStore) may have chosen. Empty
-	// when no policy decided (bad input) and for a ConcurrencyLimiter.
+	// (WithPlan) or a stored policy (PolicyStore) may have chosen; for a
+	// ConcurrencyLimiter, its policy as its keys write it ("conc:3/30s").
+	// Empty when no policy decided (bad input).
 	Policy string
 	// PolicySource says where Policy came from: SourceCode (the policy the
 	// limiter was created with), SourcePlan (WithPlan chose it for Key),
 	// SourceStored (stored for the limiter with a PolicyStore) or
 	// SourceStoredForKey (stored for Key alone). Empty when Policy is.
-	PolicySource string
+	PolicySource PolicySource
 	// Outcome is how the call ended.
 	Outcome Outcome
 	// Cached reports a rejection answered from the deny cache, without
@@ -103,11 +104,15 @@ func (d Decision) RedisFailed() bool {
 // [Decision.PolicySource]: the order in which a Limiter looks for it is
 // stored for the key, stored for the limiter, the plan's, the code's.
 const (
-	SourceCode         = "code"
-	SourcePlan         = "plan"
-	SourceStored       = "stored"
-	SourceStoredForKey = "stored for key"
+	SourceCode         PolicySource = "code"
+	SourcePlan         PolicySource = "plan"
+	SourceStored       PolicySource = "stored"
+	SourceStoredForKey PolicySource = "stored for key"
 )
+
+// PolicySource says where the policy in force for a caller key came from:
+// one of the Source constants.
+type PolicySource string
 
 // Observer receives every decision of the limiters it is given to with
 // [WithObserver]: the hook for metrics (see package metrics). Observe is
@@ -209,8 +214,11 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 		return
 	}
 	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
-	if r.policy != nil {
+	switch {
+	case r.policy != nil:
 		d.Policy, d.PolicySource = r.policy.form, r.policy.source
+	case c.fixed != "" && err == nil:
+		d.Policy, d.PolicySource = c.fixed, SourceCode
 	}
 	switch {
 	case err != nil:

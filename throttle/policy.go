@@ -45,7 +45,7 @@ type spec struct {
 	form string
 	// source says where the policy in force came from, for observers:
 	// SourceCode, SourcePlan, SourceStored or SourceStoredForKey.
-	source string
+	source PolicySource
 	// id names the algorithm and its parameters inside every Redis key, so
 	// that two policies never share state, e.g. "gcra:10/1s:5".
 	id string

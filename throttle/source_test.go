@@ -70,7 +70,7 @@ func lastDecision(t testing.TB, rec *recorder) throttle.Decision {
 // decision carries want as its Policy and source as its PolicySource, that
 // want decided (its capacity is the one reported), and that PolicyFor
 // agrees.
-func checkSource(t testing.TB, l *throttle.Limiter, rec *recorder, key string, want throttle.Policy, source string) {
+func checkSource(t testing.TB, l *throttle.Limiter, rec *recorder, key string, want throttle.Policy, source throttle.PolicySource) {
 	t.Helper()
 	ctx := context.Background()
 	for _, op := range sourceOps {
@@ -130,7 +130,7 @@ func TestDecisionsSayWhereThePolicyCameFrom(t *testing.T) {
 	type want struct {
 		key    string
 		policy throttle.Policy
-		source string
+		source throttle.PolicySource
 	}
 	for _, step := range []struct {
 		name   string
@@ -210,8 +210,8 @@ func TestPolicySourceWithoutNameOrPolicy(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	defer lease.Release(ctx)
-	if d := lastDecision(t, rec); d.Op != throttle.OpAcquire || d.Limiter != "pool" || d.Policy != "" || d.PolicySource != "" {
-		t.Errorf("Acquire observed as %+v, want limiter pool without policy or source", d)
+	if d := lastDecision(t, rec); d.Op != throttle.OpAcquire || d.Limiter != "pool" || d.Policy != "conc:1/1m0s" || d.PolicySource != throttle.SourceCode {
+		t.Errorf("Acquire observed as %+v, want limiter pool with its policy conc:1/1m0s from code", d)
 	}
 }
 

@@ -37,6 +37,8 @@ const tokenEnv = "THROTTLECTL_TOKEN"
 // Timeouts of the dashboard's HTTP server.
 const (
 	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second
 )
 
@@ -100,6 +102,8 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
 		ErrorLog:          log.New(a.stderr, "throttlectl: ", 0),
 	}
 	if generated {

@@ -16,12 +16,18 @@
 
   function status(text, bad) { const s = $("status"); s.textContent = text; s.className = bad ? "status error" : "status"; }
 
-  async function get(path) {
-    const r = await fetch(path, { headers: { Accept: "application/json" } });
-    const v = await r.json();
-    if (!r.ok) throw new Error(v.error || r.statusText);
+  // answer reads a response: its JSON, or an error saying what came back
+  // (a proxy's error page is not JSON).
+  async function answer(r) {
+    let v = null;
+    if ((r.headers.get("Content-Type") || "").startsWith("application/json")) v = await r.json();
+    if (!r.ok || v === null) throw new Error((v && v.error) || r.status + " " + r.statusText);
     return v;
   }
+  async function get(path) {
+    return answer(await fetch(path, { headers: { Accept: "application/json" } }));
+  }
+  const isoTime = (ms) => { const d = new Date(ms); return isNaN(d.getTime()) ? String(ms) : d.toISOString(); };
 
   function fill(tbody, rows) {
     tbody.replaceChildren(...rows.map((cells) => {
@@ -98,7 +104,9 @@
   async function chartPoll() {
     const args = { name: name };
     if (page === "key") args.key = key;
-    if (last) args.since = last - 5;
+    // counts come in with the fleet's flushes, a few seconds late: the
+    // last half minute is read again each time
+    if (last) args.since = last - 30;
     const v = await get("api/series?" + q(args));
     for (const p of v.points) chart.points.set(p[0], p);
     if (v.points.length) last = v.points[v.points.length - 1][0];
@@ -146,20 +154,24 @@
 
   async function keyPage() {
     const v = await get("api/key?" + q({ name: name, key: key }));
-    const s = v.state, pairs = [["Limiter", link("limiter?" + q({ name: name }), name)], ["Policy in force", s.policy || "unknown"], ["From", s.source || ""]];
+    const s = v.state, cap = v.limiter.kind === "concurrency";
+    const pairs = [["Limiter", link("limiter?" + q({ name: name }), name)], ["Policy in force", s.policy || "unknown"], ["From", s.source || ""]];
     if (s.hashed) pairs.push(["State", "stored by hash: not readable"]);
-    else if (!s.known) pairs.push(["Leases held", String(s.leases)]);
-    else {
+    else if (!s.known) pairs.push(["State", "not readable: the limiter's policy is not known here"]);
+    else if (cap) {
+      pairs.push(["Now", s.throttled ? "every slot taken" : "a slot is free"], ["Leases held", s.leases + " of " + s.limit]);
+    } else {
       pairs.push(["Now", s.throttled ? (s.blockedForMs > 0 ? "blocked" : "throttled") : "admits"]);
       pairs.push(["Remaining", s.remaining + " of " + s.limit], ["Retry after", fmtMs(s.retryAfterMs)], ["Blocked for", fmtMs(s.blockedForMs)], ["Full again in", fmtMs(s.resetAfterMs)]);
-      if (v.limiter.kind === "concurrency") pairs.push(["Leases held", String(s.leases)]);
     }
+    // a cap has no block and no stored policy: only its reset applies
+    document.querySelectorAll("#act [data-rate]").forEach((e) => { e.hidden = cap; });
     pairs.push(["Admitted, 15 min", String(s.admitted)], ["Held back, 15 min", String(s.heldBack)]);
     facts($("state"), pairs);
     const b = v.bookings, tickets = b.tickets || [];
     $("ahead").textContent = !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
       "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + tickets.length + " ticket" + (tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
-    fill($("bookings").tBodies[0], tickets.map((t) => [t.ticket, new Date(t.untilMs).toISOString(), num(fmtMs(t.inMs))]));
+    fill($("bookings").tBodies[0], tickets.map((t) => [t.ticket, isoTime(t.untilMs), num(fmtMs(t.inMs))]));
   }
 
   function actions() {
@@ -176,9 +188,10 @@
       const out = $("act-result");
       try {
         const r = await fetch("api/action", { method: "POST", headers: { "Content-Type": "application/json", "X-Dashboard-Token": token.value }, body: JSON.stringify(req) });
-        const v = await r.json();
-        out.textContent = r.ok ? "Done: " + v.message : "Refused: " + v.error;
-        out.className = r.ok ? "note ok" : "note bad";
+        let v;
+        try { v = await answer(r); } catch (err) { out.textContent = "Refused: " + err.message; out.className = "note bad"; return; }
+        out.textContent = "Done: " + v.message;
+        out.className = "note ok";
         tick();
       } catch (err) { out.textContent = "Failed: " + err.message; out.className = "note bad"; }
     }));

@@ -12,8 +12,8 @@
 //	P dash: L :k: M : escaped   HASH  the same for one caller key
 //	                                  (keyspace.Escape), and "p" =
 //	                                  "policy|source" of a policy not the code's
-//	P dash: L :h: M             ZSET  caller key → held back (throttled +
-//	                                  rescheduled) in the minute
+//	P dash: L :h: M             ZSET  caller key → held back (throttled:
+//	                                  a task sent back was first) in the minute
 //	P dash: L :a: M             ZSET  caller key → admitted in the minute
 //	P dash: L :u: by            ZSET  Ranked's union of the minutes (10 s)
 //	P dash:limiters             HASH  limiter name → {"kind","code_policy","seen_ms"}
@@ -87,7 +87,7 @@ type Point struct {
 type KeyActivity struct {
 	Key      string
 	Admitted int64
-	// HeldBack is throttled plus rescheduled.
+	// HeldBack is throttled (a rescheduled task was throttled first).
 	HeldBack int64
 }
 
@@ -95,7 +95,7 @@ type KeyActivity struct {
 type Rank int
 
 const (
-	// HeldBack ranks by throttled plus rescheduled.
+	// HeldBack ranks by throttled.
 	HeldBack Rank = iota
 	// Admitted ranks by admitted.
 	Admitted

@@ -50,7 +50,7 @@ func Flush(ctx context.Context, c redis.UniversalClient, prefix string, b *Batch
 				if caller.Policy != "" && held[minute] == 0 && admitted[minute] == 0 {
 					pipe.HSet(ctx, k, "p", caller.Policy+"|"+caller.Source)
 				}
-				held[minute] += s.Throttled + s.Rescheduled
+				held[minute] += s.Throttled // a rescheduled task was throttled first
 				admitted[minute] += s.Admitted
 			}
 			for minute, n := range held {
