@@ -1,0 +1,154 @@
+package dashboard_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/dashboard"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// serveDashboard serves a read-only dashboard of tgt's prefix.
+func serveDashboard(t *testing.T, tgt *redistest.Target, opts ...dashboard.Option) *site {
+	t.Helper()
+	h, err := dashboard.New(tgt.Client, append([]dashboard.Option{dashboard.WithPrefix(tgt.Prefix), dashboard.WithLogger(nil)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{tgt: tgt}
+	s.srv = httptestServer(t, http.StripPrefix("/ops", h))
+	return s
+}
+
+// TestDashboardNamedConcurrencyCap: a cap's keys carry its policy, not its
+// name; the dashboard lists it once, under its name, with its keys and
+// the leases held.
+func TestDashboardNamedConcurrencyCap(t *testing.T) {
+	tgt := redistest.New(t)
+	ctx := context.Background()
+	pub, err := dashboard.NewPublisher(tgt.Client, dashboard.WithPublishPrefix(tgt.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := throttle.NewConcurrencyLimiter(tgt.Client, throttle.Concurrency{Limit: 2, Lease: time.Minute},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithName("pool"), throttle.WithObserver(pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, _, err := pool.Acquire(ctx, "exports")
+	if err != nil || lease == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer lease.Release(ctx)
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := serveDashboard(t, tgt)
+	var overview struct {
+		Limiters []struct {
+			Name, Kind, Policy string
+			Keys               int
+		}
+	}
+	s.getJSON(t, "/ops/api/overview", &overview)
+	if len(overview.Limiters) != 1 || overview.Limiters[0].Name != "pool" || overview.Limiters[0].Kind != "concurrency" ||
+		overview.Limiters[0].Policy != "conc:2/1m0s" || overview.Limiters[0].Keys != 1 {
+		t.Fatalf("overview: %+v; want the cap once, as pool, conc:2/1m0s, 1 key", overview.Limiters)
+	}
+	var keys struct {
+		Rows []struct {
+			Key           string
+			Known         bool
+			Leases, Limit int
+			Admitted      int64
+		}
+	}
+	s.getJSON(t, "/ops/api/keys?"+q("name", "pool"), &keys)
+	if len(keys.Rows) != 1 || keys.Rows[0].Key != "exports" || !keys.Rows[0].Known || keys.Rows[0].Leases != 1 ||
+		keys.Rows[0].Limit != 2 || keys.Rows[0].Admitted != 1 {
+		t.Fatalf("keys: %+v; want exports holding 1 lease of 2, 1 admitted", keys.Rows)
+	}
+}
+
+// TestDashboardPlanKey: a key whose policy the code's plan chose is shown,
+// on its page, under that policy.
+func TestDashboardPlanKey(t *testing.T) {
+	tgt := redistest.New(t)
+	ctx := context.Background()
+	pub, err := dashboard.NewPublisher(tgt.Client, dashboard.WithPublishPrefix(tgt.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}
+	l, err := throttle.New(tgt.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithName("plans"), throttle.WithObserver(pub),
+		throttle.WithPlan(func(_ context.Context, key string) throttle.Policy {
+			if key == "vip" {
+				return vip
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"vip", "basic"} {
+		if _, err := l.Allow(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := serveDashboard(t, tgt)
+	for _, tc := range []struct {
+		key, policy, source string
+		limit               int
+	}{
+		{"vip", "gcra:10/1s:5", "the code's plan for this key", 5},
+		{"basic", "gcra:1/1m:1", "code", 1},
+	} {
+		var key struct {
+			State struct {
+				Policy, Source   string
+				Limit, Remaining int
+			}
+		}
+		s.getJSON(t, "/ops/api/key?"+q("name", "plans", "key", tc.key), &key)
+		if key.State.Policy != tc.policy || key.State.Source != tc.source || key.State.Limit != tc.limit || key.State.Remaining != tc.limit-1 {
+			t.Errorf("%s: %+v; want %s from %s, %d of %d left", tc.key, key.State, tc.policy, tc.source, tc.limit-1, tc.limit)
+		}
+	}
+}
+
+// TestDashboardHidesRedisErrors: when Redis cannot answer, the page says
+// so without naming Redis's address.
+func TestDashboardHidesRedisErrors(t *testing.T) {
+	addr := redistest.DeadAddr(t)
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer client.Close()
+	h, err := dashboard.New(client, dashboard.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{srv: httptestServer(t, h)}
+	status, body := s.get(t, "/api/overview")
+	if status != http.StatusBadGateway || strings.Contains(body, addr) || !strings.Contains(body, "Redis did not answer") {
+		t.Errorf("overview with Redis down: %d %s; want 502 without the address", status, body)
+	}
+}
+
+// TestDashboardRefusesHashedKeys: a key stored by its hash cannot be
+// acted on: the dashboard does not have the caller key.
+func TestDashboardRefusesHashedKeys(t *testing.T) {
+	s := newSite(t, dashboard.WithActions(token))
+	hashed := "%#" + strings.Repeat("ab", 32)
+	status, body := s.post(t, action("action", "reset", "name", "partner-api", "key", hashed), nil)
+	if status != http.StatusBadRequest || !strings.Contains(body, "hash") {
+		t.Errorf("reset of a hashed key: %d %s; want 400", status, body)
+	}
+}
