@@ -84,7 +84,7 @@ func TestDashboardPlanKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vip := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}
+	vip := throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 5} // no unit comes back while the test reads
 	l, err := throttle.New(tgt.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
 		throttle.WithPrefix(tgt.Prefix), throttle.WithName("plans"), throttle.WithObserver(pub),
 		throttle.WithPlan(func(_ context.Context, key string) throttle.Policy {
@@ -109,7 +109,7 @@ func TestDashboardPlanKey(t *testing.T) {
 		key, policy, source string
 		limit               int
 	}{
-		{"vip", "gcra:10/1s:5", "the code's plan for this key", 5},
+		{"vip", "gcra:10/1m:5", "the code's plan for this key", 5},
 		{"basic", "gcra:1/1m:1", "code", 1},
 	} {
 		var key struct {

@@ -183,7 +183,7 @@ func (s *server) overview() overviewJSON {
 func TestThrottlectlServe(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}), "tenant-1", 1)
+	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}), "tenant-1", 1)
 	s := c.serve(nil)
 	if status, body := s.get("/"); status != http.StatusOK || !bytes.Contains(bytes.ToLower(body), []byte("<html")) {
 		t.Errorf("GET /: status %d, want 200 and a page:\n%.300s", status, body)
@@ -203,7 +203,7 @@ func TestThrottlectlServe(t *testing.T) {
 func TestThrottlectlServeActions(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	l := c.limiter(throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	l := c.limiter(throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
 	take(t, l, "tenant-1", 1)
 	const token = "0123456789abcdef-serve-test"
 	s := c.serve([]string{tokenEnv + "=" + token}, "--actions")
