@@ -175,8 +175,8 @@ func TestPublishCost(t *testing.T) {
 		if wire.commands != p.sent+1 && wire.commands != p.sent+2 {
 			t.Errorf("%d keys: %d commands on the wire, want the pipeline's %d and TIME: %q", keys, wire.commands, p.sent, wire.names)
 		}
-		wire.mu.Unlock()
 		line += fmt.Sprintf(" %d keys: %d commands, %d bytes per flush;", keys, wire.commands, wire.bytes)
+		wire.mu.Unlock()
 		_ = p.Close(context.Background())
 	}
 
