@@ -63,7 +63,7 @@ func init() {
 		}
 		b := gate.Booking{OK: res.OK, RetryAfter: res.RetryAfter, Cancel: res.Cancel}
 		if res.OK {
-			b.Slot = res.slot
+			b.Slot, b.Next = res.slot, res.nextRoom()
 		}
 		return b, nil
 	}
@@ -306,13 +306,16 @@ func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weigh
 	return int(size), nil
 }
 
-func release(ctx context.Context, limiter any, key string, n int, lead time.Duration) (gate.Released, error) {
+func release(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []gate.Hold) (gate.Released, error) {
 	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return gate.Released{}, err
 	}
 	args := append([]any{"1"}, sp.meterArgs(n)...)
-	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()))
+	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()), itoa(sp.ticks(notice)))
+	for _, h := range holds {
+		args = append(args, h.Flow, itoa(h.Until.UnixMicro()))
+	}
 	keys := append(l.roomKeys(key), l.Key(key)+startsSuffix)
 	values, err := l.evalValues(ctx, roomScript, keys, args)
 	if err != nil {
@@ -431,4 +434,26 @@ func asInt(v any) (int64, error) {
 		return 0, fmt.Errorf("script returned %T, want an integer", v)
 	}
 	return n, nil
+}
+
+// nextRoom returns the soonest the meter r booked on may have room for one
+// more unit, on the Redis clock, rounded up to the microsecond: the end of
+// what is spoken for right after r, less the burst's other units. Zero
+// when not known (nothing booked, a degraded reservation, a window).
+func (r *Reservation) nextRoom() time.Time {
+	if !r.OK || r.Degraded || r.sp == nil || r.sp.num == 0 || r.sp.den == 0 || r.undo[0] == 0 {
+		return time.Time{}
+	}
+	// The end is undo[0] µs and undo[1] ticks; a unit is num ticks.
+	rest := r.undo[1] - int64(r.sp.capacity-1)*r.sp.num
+	return time.UnixMicro(r.undo[0] + ceilDivSigned(rest, r.sp.den))
+}
+
+// ceilDivSigned returns a/b rounded up, for b > 0 and a of either sign.
+func ceilDivSigned(a, b int64) int64 {
+	q := a / b
+	if a%b > 0 {
+		q++
+	}
+	return q
 }

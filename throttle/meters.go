@@ -89,5 +89,6 @@ func meterSpec(kind string, script *redis.Script, rate Rate, capacity int) spec 
 		capacity: capacity,
 		args:     boxArgs(itoa(int64(capacity)), itoa(num), itoa(den)),
 		den:      den,
+		num:      num,
 	}
 }

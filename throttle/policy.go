@@ -56,7 +56,8 @@ type spec struct {
 	// args are the script's arguments after mode and n, boxed once.
 	args []any
 	// den is the meters' tick: 1/den of a microsecond; 0 for windows.
-	den int64
+	// num is a meter's unit in ticks (its emission interval).
+	den, num int64
 	// calendar, for a Quota, returns the bounds of the periods around an
 	// instant, script arguments that follow the undo arguments.
 	calendar func(at time.Time) []any

@@ -61,6 +61,13 @@ type dispatcher struct {
 	turns  turns
 	rooms  map[roomID]time.Time // rooms with a turn in turns, and when
 	closed bool
+
+	late  lateness       // how late its rooms' releases have lately been
+	moves sync.WaitGroup // released tasks being moved to their queues' heads
+	// holds are the flows each room is to hold back at its next release,
+	// learned from the bookings of its last ones; the dispatcher's loop
+	// alone uses them.
+	holds map[roomID][]gate.Hold
 }
 
 type roomID struct {
@@ -89,6 +96,9 @@ func (t *Throttler) roomTurn(rule *Rule, key string, at time.Time) {
 }
 
 func (t *Throttler) turnAt(tn turn, slack time.Duration) {
+	if now := time.Now(); tn.at.Before(now) {
+		tn.at = now // due at once: what came before is not the dispatcher's delay
+	}
 	d := &t.dispatch
 	d.mu.Lock()
 	if d.closed {
@@ -132,6 +142,7 @@ func (t *Throttler) startDispatcher() {
 func (t *Throttler) dispatchLoop() {
 	d := &t.dispatch
 	defer close(d.stopped)
+	defer d.moves.Wait()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -196,23 +207,38 @@ func (t *Throttler) serve(ctx context.Context, tn turn) {
 		}
 		return
 	}
-	if next := t.releaseFrom(ctx, tn.rule, tn.key); !next.IsZero() {
+	if next := t.releaseFrom(ctx, tn.rule, tn.key, tn.at); !next.IsZero() {
 		t.at(turn{at: next, rule: tn.rule, key: tn.key})
 	}
 }
 
 // releaseFrom lets out of rule's room for key every waiter whose turn has
-// come, moving each to the head of its queue, and returns the room's next
-// turn (zero when it is empty). A waiter under along meters gets its slot
-// there booked, by its ticket, at the instant of its release; when one of
-// them has no room by then, the waiter goes back to its place, and its
-// flow is held back until that meter has room.
-func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) time.Time {
+// come (the first was due at due), moving each to the head of its queue,
+// and returns the room's next turn (zero when it is empty). A waiter under
+// along meters gets its slot there booked, by its ticket, at the instant of
+// its release; when one of them has no room by then, the waiter goes back
+// to its place, and its flow is held back until that meter has room.
+func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due time.Time) time.Time {
+	d, room := &t.dispatch, roomID{rule, key}
+	holds := d.holds[room]
+	defer func() {
+		if d.holds == nil {
+			d.holds = map[roomID][]gate.Hold{}
+		}
+		if len(holds) > 0 {
+			d.holds[room] = holds
+		} else {
+			delete(d.holds, room)
+		}
+	}()
 	for range 32 {
-		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.laneLead())
+		lead := t.laneLead()
+		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds)
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond)
 		}
+		holds = holds[:0]
+		d.late.observe(due, time.Now(), lead)
 		if !rel.OK {
 			return rel.Due
 		}
@@ -226,29 +252,69 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string) tim
 			continue
 		}
 		queue, id := parts[0], parts[1]
-		if until, ok := t.bookAlong(ctx, rel, parts[2:]); !ok {
+		until, ok := t.bookAlong(ctx, rel, parts[2:])
+		if !ok {
 			_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
 			continue
 		}
-		moved, err := t.move(ctx, queue, id)
-		if err != nil || moved != laneMoved {
-			// Not in asynq's hands yet (or Redis failed): moved as soon as
-			// it is.
-			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+		if until.After(rel.Slot) && len(holds) < maxHolds {
+			// The flow's own limits have no room before until: the room
+			// holds it back till then rather than release its next waiter
+			// sooner, only to put it back.
+			holds = append(holds, gate.Hold{Flow: rel.Flow, Until: until})
 		}
+		// The move goes on beside the next release: the dispatcher's round
+		// trips in a row are what bounds a room's rate when Redis is slow.
+		d.moves.Add(1)
+		go func() {
+			defer d.moves.Done()
+			moved, err := t.move(ctx, queue, id)
+			if err != nil || moved != laneMoved {
+				// Not in asynq's hands yet (or Redis failed): moved as
+				// soon as it is.
+				t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+			}
+		}()
 		if rel.Due.After(time.Now()) {
 			return rel.Due // the meter has no room for the next before then
 		}
+		due = rel.Due
 	}
 	return time.Now()
 }
 
+// roomLead is how long before its start a waiter is let out of a room: the
+// lane's lead, so that it reaches a worker in time, and the dispatcher's
+// recent delay (see lateness), so that a late turn does not eat into it.
+// It is at most twice the lane's lead: a released task waits inline for its
+// start, and may always wait that long (see admit).
+func (t *Throttler) roomLead() time.Duration {
+	lead := t.laneLead()
+	return lead + min(t.dispatch.late.current(time.Now()), lead)
+}
+
+// releaseNotice is the least time between a waiter's release and its
+// start, given the lane's lead: the lead less the grace its claim has after
+// the start. When a release comes later than its due time anyway (the
+// meter had room before anyone asked, or the dispatcher was delayed more
+// than it has lately been), the start moves later rather than leave the
+// task too little time to travel through asynq, miss its slot by more than
+// the grace and wait in the room again.
+func releaseNotice(lead time.Duration) time.Duration {
+	return max(0, lead-punctualGrace)
+}
+
+// maxHolds bounds the holds a room's next release is given.
+const maxHolds = 16
+
 // bookAlong books a released waiter's slot on its along meters (rule, key
 // and units) at the instant of its release, by its ticket. When one of them
 // has no room then, it cancels what it booked and returns false and until
-// when the waiter's flow is to be held back.
+// when the waiter's flow is to be held back. Otherwise it returns true and
+// the soonest all of them may have room for the flow's next waiter.
 func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []string) (time.Time, bool) {
 	var booked []gate.Booking
+	var next time.Time
 	for i := 0; i+2 < len(along); i += 3 {
 		r := t.rule(along[i])
 		units, err := strconv.Atoi(along[i+2])
@@ -258,6 +324,9 @@ func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []st
 		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, units, rel.Slot, alongSlack, ticketGrace)
 		if err == nil && b.OK {
 			booked = append(booked, b)
+			if b.Next.After(next) {
+				next = b.Next
+			}
 			continue
 		}
 		for _, b := range booked {
@@ -268,7 +337,7 @@ func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []st
 		}
 		return rel.Slot.Add(alongSlack + b.RetryAfter), false
 	}
-	return time.Time{}, true
+	return next, true
 }
 
 // alongSlack is how much later than its release a waiter's slot on an along

@@ -47,7 +47,10 @@
 //     tenant, say; [Weights] weighs them), books their slot at the same
 //     instant on the task's other rules, and moves the task to the head of
 //     its queue. A flow whose own rule has no room is passed over until it
-//     has, so what one rule refuses is not taken from the others. The task
+//     has, so what one rule refuses is not taken from the others. A waiter
+//     is let out a little before its slot (the time an idle worker takes to
+//     look at its queue, and the dispatcher's own recent delays on a busy
+//     machine) and never less than that less 50 ms before it. The task
 //     starts at its slot if it comes within 50 ms after it; later, it waits
 //     in the room again, in its place. A waiter that asks for a turn while
 //     others wait in the room stands behind them, so a newcomer tenant's

@@ -235,9 +235,17 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	switch {
 	case err != nil:
 		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
+	case c.Status == gate.Late:
+		// Its slot passed: it waits in the room again, in its place, and is
+		// let out no sooner than a full lead from now, which it needs to
+		// come back in time. (Let out at once, as the meter has had room
+		// since, it would come late again, and again.)
+		p.giveBack(ctx)
+		p.refused = &refusal{rule: roomRule, key: roomKey, how: enterRoom, leadWait: t.roomLead()}
+		return p
 	case c.Status != gate.Admitted && c.Status != gate.Taken:
-		// Others wait in the room, or no start within the budget, or the
-		// task's slot passed (it waits in the room again): the room decides.
+		// Others wait in the room, or no start within the budget: the room
+		// decides.
 		return refuse(roomRule, roomKey, 0, enterRoom, nil)
 	}
 	p.claims = append(p.claims, claimed{c, roomRule, roomKey, req.N, req.Held, req.Ticket})

@@ -105,7 +105,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 	}
-	t.roomTurn(r.rule, r.key, eligible.Add(-t.laneLead()))
+	t.roomTurn(r.rule, r.key, eligible.Add(-t.roomLead()))
 	fallback := eligible.Add(2*time.Duration(size)*r.rule.interval() + roomFallback)
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)

@@ -110,11 +110,22 @@ type Released struct {
 	Back []string
 }
 
+// Hold holds a flow of a room back until an instant of the Redis clock:
+// another limit of the flow's own has no room before then.
+type Hold struct {
+	Flow  string
+	Until time.Time
+}
+
 // Booking is what BookAt or ReserveFor booked.
 type Booking struct {
-	OK         bool
-	Slot       time.Time // its start on the Redis clock (OK)
-	StartAt    time.Time // its start on this process's clock (ReserveFor, OK)
+	OK      bool
+	Slot    time.Time // its start on the Redis clock (OK)
+	StartAt time.Time // its start on this process's clock (ReserveFor, OK)
+	// Next is the soonest the meter may have room for one more unit after
+	// this booking, on the Redis clock (BookAt, OK): later bookings or
+	// starts only move it later.
+	Next       time.Time
 	RetryAfter time.Duration
 	// Cancel gives it back (see throttle's Reservation.Cancel).
 	Cancel func(ctx context.Context) error
@@ -156,11 +167,13 @@ var (
 	// from now (on the Redis clock), its start taking n units of the
 	// meter. weight 0 queues it first come, first served; 1 and more share
 	// the room fairly between flows, by weight (and units). It returns the
-	// waiters in the room.
+	// waiters in the room, those of flows held back (set aside) included.
 	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, error)
 	// Release lets the next waiter of key's room out, when the meter
-	// admits its start within lead.
-	Release func(ctx context.Context, limiter any, key string, n int, lead time.Duration) (Released, error)
+	// admits its start within lead, its start no sooner than notice (at
+	// most lead) after the release. It first holds back the flows of holds
+	// (a hold shorter than the flow's standing one changes nothing).
+	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold) (Released, error)
 	// PutBack returns a released waiter to key's room, its place kept and
 	// its capacity given back, and holds its flow back until until (when
 	// another limit of the flow has no room before).

@@ -238,14 +238,21 @@ end
 --          ARGV[7] how long the room's keys outlive their last write, us,
 --          ARGV[8] the units its start takes (>= 1; a flow's tags advance
 --          by units / weight, so flows share units fairly)
---          Returns {waiters in the room, 1 if it entered now (0: it was
---          there, or is released: it keeps its place and release, and
---          takes the new payload and, waiting, the later soonest start),
---          now_us}
+--          Returns {waiters in the room and set aside, 1 if it entered
+--          now (0: it was there, or is released: it keeps its place and
+--          release, and takes the new payload and, waiting, the later
+--          soonest start), now_us}
 -- release: ARGV[2] n, the fewest units a waiter takes, ARGV[3] burst,
 --          ARGV[4] num, ARGV[5] den (the meter), ARGV[6] lead: how long
 --          before its start a waiter is released, in ticks, ARGV[7] keys'
---          lifetime, us
+--          lifetime, us, ARGV[8] notice: the least time from a release to
+--          its start, in ticks (at most the lead): a waiter let out late
+--          (its dispatcher delayed, or the meter idle before) still has the
+--          time it needs to reach a worker, and the meter's capacity before
+--          its start goes unused; ARGV[9], ARGV[10], ... pairs of a flow
+--          and an instant, Unix us: the flow is held back until then
+--          first (its own limit has no room before; a hold that ends
+--          sooner than the flow's standing one changes nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
 --          end ticks, flow, now_us, next_us, units} for a waiter released
 --          (next_us: when the next may be); {0, due_us, now_us} otherwise,
@@ -354,7 +361,7 @@ if mode == 0 then
     end
     redis.call('HSET', KEYS[3], id, released .. waiting_info(eligible, tag, units, old_flow, ARGV[6]))
     keep(tonumber(ARGV[7]))
-    return {redis.call('ZCARD', KEYS[2]), 0, now}
+    return {redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6]), 0, now}
   end
   local tag
   if weight == 0 then
@@ -372,7 +379,7 @@ if mode == 0 then
   end
   redis.call('HSET', KEYS[3], id, waiting_info(now + tonumber(ARGV[5]), tag, units, flow, ARGV[6]))
   keep(tonumber(ARGV[7]))
-  return {redis.call('ZCARD', KEYS[2]), 1, now}
+  return {redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6]), 1, now}
 end
 
 if mode == 2 then
@@ -421,6 +428,13 @@ end
 -- release
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
+for i = 9, #ARGV - 1, 2 do
+  local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
+  if until_us > now and until_us > held_until(flow) then
+    redis.call('HSET', KEYS[5], flow, int(until_us))
+    redis.call('PEXPIRE', KEYS[5], ttl_ms(tonumber(ARGV[7])))
+  end
+end
 local tolerance = burst * per_unit
 local cost = n * per_unit
 local debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
@@ -432,7 +446,8 @@ if wait > lead then
   end
   return {0, now + ceil_div(wait - lead, den), now}
 end
-local start = math.max(wait, 0)
+local notice = math.min(math.max(tonumber(ARGV[8]) or 0, 0), lead)
+local start = math.max(wait, notice)
 local slot_at = now + ceil_div(start, den) -- the meter's next start
 
 -- release lets a waiter out with its start at start ticks from now; its

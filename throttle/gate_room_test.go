@@ -1,0 +1,162 @@
+package throttle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	workergate "github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+)
+
+// TestRoomReleaseGivesNotice: a waiter let out when the meter has had room
+// for a while (its dispatcher came late, or nobody asked before) starts no
+// sooner than the notice after its release, not at once; a release on time
+// keeps the meter's own start, a lead after it; the notice is at most the
+// lead.
+func TestRoomReleaseGivesNotice(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const lead, notice = 200 * time.Millisecond, 150 * time.Millisecond
+	release := func(notice time.Duration) workergate.Released {
+		t.Helper()
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	if rel := release(notice); !rel.OK || rel.Delay != notice {
+		t.Fatalf("the meter has had room: %+v; want a start the notice, %s, after the release", rel, notice)
+	}
+	// The next start is 100 ms after that one: 250 ms away, beyond the lead.
+	rel := release(notice)
+	if rel.OK || !rel.Due.Equal(clock.Now().Add(50*time.Millisecond)) {
+		t.Fatalf("right after: %+v; want nothing released until 50ms from now", rel)
+	}
+	clock.Set(rel.Due)
+	if rel := release(notice); !rel.OK || rel.Delay != lead {
+		t.Fatalf("on time: %+v; want the meter's start, a lead (%s) away", rel, lead)
+	}
+	clock.Advance(10 * time.Second)
+	if rel := release(time.Second); !rel.OK || rel.Delay != lead {
+		t.Fatalf("a notice of 1s with a lead of %s: %+v; want the start a lead away", lead, rel)
+	}
+}
+
+// TestBookingSaysWhenTheMeterHasRoomAgain: a booking's Next is the soonest
+// the meter has room for one more unit, to the microsecond: a rate's
+// interval after the slot (a booking ahead speaks for the burst before it,
+// so with a burst of 3 too); a booking at Next succeeds, one just before it
+// does not.
+func TestBookingSaysWhenTheMeterHasRoomAgain(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		policy throttle.Policy
+		// after is Next less the slot
+		after time.Duration
+	}{
+		{"gcra burst 1", throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1}, 250 * time.Millisecond},
+		{"token bucket burst 1", throttle.TokenBucket{Rate: throttle.PerSecond(3), Burst: 1}, 333334 * time.Microsecond},
+		{"gcra burst 3", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 3}, 100 * time.Millisecond},
+	}
+	for _, c := range cases {
+		l := newLimiter(t, tg, c.policy)
+		at := clock.Now().Add(200 * time.Millisecond)
+		b, err := workergate.BookAt(ctx, l, "k", "first", 1, at, 0, time.Minute)
+		if err != nil || !b.OK || !b.Slot.Equal(at) {
+			t.Fatalf("%s: BookAt: %+v, %v; want the slot asked for", c.name, b, err)
+		}
+		if got := b.Next.Sub(b.Slot); got != c.after {
+			t.Errorf("%s: Next is %s after the slot; want %s", c.name, got, c.after)
+		}
+		early, err := workergate.BookAt(ctx, l, "k", "early", 1, b.Next.Add(-time.Microsecond), 0, time.Minute)
+		if err != nil || early.OK {
+			t.Errorf("%s: a booking 1µs before Next: %+v, %v; want none", c.name, early, err)
+		}
+		next, err := workergate.BookAt(ctx, l, "k", "next", 1, b.Next, 0, time.Minute)
+		if err != nil || !next.OK || !next.Slot.Equal(b.Next) {
+			t.Errorf("%s: a booking at Next: %+v, %v; want it there", c.name, next, err)
+		}
+	}
+}
+
+// TestRoomHoldsAFlowItIsGiven: a release given a hold on a flow lets
+// another flow's waiter out first, and the held flow's waiter at the
+// hold's end; a hold that ends sooner than the flow's standing one
+// changes nothing, nor one already past.
+func TestRoomHoldsAFlowItIsGiven(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	for _, w := range []struct{ id, flow string }{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}} {
+		if _, err := workergate.EnterRoom(ctx, l, "all", w.id, w.flow, 1, 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const lead = 300 * time.Millisecond
+	release := func(holds ...workergate.Hold) workergate.Released {
+		t.Helper()
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	// a1 goes first in tag order, at once.
+	if rel := release(); !rel.OK || rel.Waiter != "a1" {
+		t.Fatalf("first release: %+v; want a1", rel)
+	}
+	// Flow a held for 200 ms: b1 goes at the meter's next start, 50 ms on,
+	// though a2's tag comes first; a shorter hold given meanwhile, and
+	// one past, leave a's hold as it was.
+	until := clock.Now().Add(200 * time.Millisecond)
+	if rel := release(workergate.Hold{Flow: "a", Until: until}); !rel.OK || rel.Waiter != "b1" || rel.Delay != 50*time.Millisecond {
+		t.Fatalf("with flow a held: %+v; want b1 50ms on", rel)
+	}
+	rel := release(workergate.Hold{Flow: "a", Until: clock.Now().Add(60 * time.Millisecond)}, workergate.Hold{Flow: "a", Until: clock.Now().Add(-time.Second)})
+	if !rel.OK || rel.Waiter != "a2" || !rel.Slot.Equal(until) {
+		t.Fatalf("flow a alone, held: %+v; want a2 at the hold's end %s", rel, until)
+	}
+}
+
+// TestRoomCountsWaitersSetAside: the waiters of a flow held back beyond a
+// release's lead are set aside, out of the room's order, and still counted
+// when another waiter enters (the worker's fallback for a waiter counts on
+// it: counted out, a held tenant's tasks came back through asynq before
+// their turn).
+func TestRoomCountsWaitersSetAside(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "a"+itoa(i), "a", 1, 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(10 * time.Second)}
+	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold})
+	if err != nil || rel.OK {
+		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
+	}
+	size, err := workergate.EnterRoom(ctx, l, "all", "b0", "b", 1, 1, 0, "p")
+	if err != nil || size != 4 {
+		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
+	}
+	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil); err != nil || !rel.OK || rel.Waiter != "b0" {
+		t.Fatalf("the next release: %+v, %v; want b0, flow a being held", rel, err)
+	}
+}
