@@ -333,14 +333,15 @@ func TestBusyFleetHoldsEveryRule(t *testing.T) {
 }
 
 // TestFairShares: overall 30/s shared fairly by tenant, each tenant also
-// held to 20/s; one tenant enqueues ten times as much as two others, and
-// first. While all three have a backlog each gets 10/s ± 20%, a newcomer's
-// first task starts within 2 s of being enqueued, and the overall limit is
-// used at least 95%.
+// held to 20/s; one tenant enqueues five times as much as two others, and
+// first. While all three have a backlog (about 5 s: a shorter span makes
+// one admission more or less at its ends weigh 2% or more) each gets 10/s
+// ± 20%, a newcomer's first task starts within 2 s of being enqueued, and
+// the overall limit is used at least 95%.
 func TestFairShares(t *testing.T) {
 	tg := redistest.New(t)
 	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenantAndOverall(20, 30, true), work: 5 * time.Millisecond,
-		tenants: []backlog{{tenant: "big", tasks: 300}, {tenant: "small-1", tasks: 30, after: time.Second}, {tenant: "small-2", tasks: 30, after: time.Second}}})
+		tenants: []backlog{{tenant: "big", tasks: 300}, {tenant: "small-1", tasks: 60, after: time.Second}, {tenant: "small-2", tasks: 60, after: time.Second}}})
 	out.report(t, "fair shares")
 	tenants := out.byTenant()
 	for _, small := range []string{"small-1", "small-2"} {
@@ -373,15 +374,18 @@ func TestFairShares(t *testing.T) {
 	}
 }
 
-// TestSharesGoToTenantsWithRoom: overall 40/s shared fairly by tenant; one
-// tenant's plan allows it 10/s, the other's 40/s. The slow tenant weighs
-// ten times as much and enqueues first, so that scores of its waiters come
-// first in the shared order, but it can use only 10/s: the other gets the
-// remaining 30/s while both have a backlog. The bound is 80% of each
-// rate: the window is under 3 s, a lost slot or two under -race on a busy
-// machine is 3-7% of it, and what this test is after is the other tenant
-// being kept out (before the held tenant's waiters were set aside, it got
-// 13.1/s of its 30/s).
+// TestSharesGoToTenantsWithRoom: overall 20/s shared fairly by tenant; one
+// tenant's plan allows it 5/s, the other's 20/s. The slow tenant weighs ten
+// times as much and enqueues first, so that scores of its waiters come
+// first in the shared order, but it can use only 5/s: the other gets the
+// remaining 15/s while both have a backlog. The bound is 80% of each rate:
+// a lost slot or two under -race on a busy machine is 3-7% of the window,
+// and what this test is after is the other tenant being kept out (before
+// the held tenant's waiters were set aside, it got 44% of its share). The
+// rates are half what they were: at 40/s overall the embedded Redis under
+// -race, beside the other packages' tests, was the limit (each task costs
+// it about fifteen script runs, asynq's included), and the fast tenant got
+// 71-86% of its share; speed is for the benchmarks.
 func TestSharesGoToTenantsWithRoom(t *testing.T) {
 	tg := redistest.New(t)
 	plan := func(slow bool) worker.Matcher {
@@ -393,14 +397,14 @@ func TestSharesGoToTenantsWithRoom(t *testing.T) {
 		tenant := worker.ByPayloadField("tenant")
 		weight := func(flow string) int { return map[string]int{"slow": 10}[flow] }
 		return []worker.Rule{
-			worker.Rate("slow-plan", plan(true), gcra(tb, client, prefix, 10), worker.KeyBy(tenant)),
-			worker.Rate("fast-plan", plan(false), gcra(tb, client, prefix, 40), worker.KeyBy(tenant)),
-			worker.Rate("overall", worker.AnyTask(), gcra(tb, client, prefix, 40), worker.KeyBy(worker.Constant("all")),
+			worker.Rate("slow-plan", plan(true), gcra(tb, client, prefix, 5), worker.KeyBy(tenant)),
+			worker.Rate("fast-plan", plan(false), gcra(tb, client, prefix, 20), worker.KeyBy(tenant)),
+			worker.Rate("overall", worker.AnyTask(), gcra(tb, client, prefix, 20), worker.KeyBy(worker.Constant("all")),
 				worker.FairBy(tenant), worker.Weights(weight)),
 		}
 	}
 	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: rules, work: 5 * time.Millisecond,
-		tenants: []backlog{{tenant: "slow", tasks: 110}, {tenant: "fast", tasks: 100, after: 500 * time.Millisecond}}})
+		tenants: []backlog{{tenant: "slow", tasks: 60}, {tenant: "fast", tasks: 75, after: 500 * time.Millisecond}}})
 	out.report(t, "a slow plan and a fast one")
 	tenants := out.byTenant()
 	from, to := out.shared("slow", "fast")
@@ -409,9 +413,9 @@ func TestSharesGoToTenantsWithRoom(t *testing.T) {
 	}
 	slow, fast := out.rate(tenants["slow"], from, to), out.rate(tenants["fast"], from, to)
 	t.Logf("figures: a slow plan and a fast one: %.1f/s and %.1f/s while both had a backlog (%s)", slow, fast, to.Sub(from).Round(time.Millisecond))
-	if slow < 0.8*10 || fast < 0.8*30 {
-		t.Errorf("the tenants got %.1f/s (slow, 10/s) and %.1f/s (fast, 30/s left of 40/s); want at least 80%% of each", slow, fast)
+	if slow < 0.8*5 || fast < 0.8*15 {
+		t.Errorf("the tenants got %.1f/s (slow, 5/s) and %.1f/s (fast, 15/s left of 20/s); want at least 80%% of each", slow, fast)
 	}
-	asynqtest.CheckHeld(t, tenants["slow"], out.slots, out.offset, time.Second, 11)
-	asynqtest.CheckHeld(t, out.runs, out.slots, out.offset, time.Second, 41)
+	asynqtest.CheckHeld(t, tenants["slow"], out.slots, out.offset, time.Second, 6)
+	asynqtest.CheckHeld(t, out.runs, out.slots, out.offset, time.Second, 21)
 }
