@@ -246,7 +246,12 @@ func renewals() int {
 // Release.
 func TestLeasesLeaveNoGoroutines(t *testing.T) {
 	tg := redistest.New(t)
-	c := newConcurrency(t, tg.Client, tg.Prefix, throttle.Concurrency{Limit: 100, Lease: time.Second})
+	// A lease of a minute, renewed every 20 s: none is renewed, so none is
+	// lost, while the test runs (with a lease of a second, renewed every
+	// 333 ms, a run under -race on a busy machine counted 24 renewals of
+	// 100 leases: the others had been lost, and a lost lease's goroutine
+	// ends).
+	c := newConcurrency(t, tg.Client, tg.Prefix, throttle.Concurrency{Limit: 100, Lease: time.Minute})
 	// Count the renewal goroutines themselves: the client's own come and go
 	// (a cluster client reloads its view of the nodes in the background).
 	// A lease of an earlier test may still be winding down: let it end.

@@ -66,8 +66,11 @@ type demo struct {
 	runs      map[string]int // task ID → times run
 	ranBy     map[string]int // tenant (or "exports") → tasks done
 	tenantOf  map[string]string
-	waited    map[string]int // tenant → tasks that waited inline
-	resched   map[string]int // tenant → reschedules
+	admitted  map[string][]time.Time // tenant → its partner calls' admissions, on the Redis clock
+	offset    time.Duration          // the Redis clock less this process's (see clockOffset)
+	offsetErr time.Duration          // within how much offset is known
+	waited    map[string]int         // tenant → tasks that waited inline
+	resched   map[string]int         // tenant → reschedules
 	gaveUp    int
 	undecided int
 	closeOnce sync.Once
@@ -77,7 +80,7 @@ func startDemo(opts options) (*demo, error) {
 	d := &demo{
 		opts: opts, started: time.Now(), finished: make(chan struct{}),
 		expected: map[string]int{}, runs: map[string]int{}, ranBy: map[string]int{}, tenantOf: map[string]string{},
-		waited: map[string]int{}, resched: map[string]int{},
+		admitted: map[string][]time.Time{}, waited: map[string]int{}, resched: map[string]int{},
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -98,6 +101,12 @@ func startDemo(opts options) (*demo, error) {
 		d.stop()
 		return nil, fmt.Errorf("the Redis at %s: %w", d.addr, err)
 	}
+	offset, within, err := clockOffset(context.Background(), d.rdb)
+	if err != nil {
+		d.stop()
+		return nil, fmt.Errorf("the Redis at %s: reading its clock: %w", d.addr, err)
+	}
+	d.offset, d.offsetErr = offset, within
 	d.inspector = asynq.NewInspectorFromRedisClient(d.rdb)
 	if opts.dashboard != "" {
 		dash, err := startDashboard(d.rdb, opts.dashboard, d.prefix)
@@ -284,9 +293,13 @@ func (d *demo) record(id, tenant string) {
 func (d *demo) observe(e worker.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tenant, ok := d.tenantOf[e.TaskID]
-	if !ok && strings.HasPrefix(e.TaskID, "nightly-resync@") {
+	id := originalID(e.TaskID)
+	tenant, ok := d.tenantOf[id]
+	if !ok && strings.HasPrefix(id, "nightly-resync@") {
 		tenant = batchTenant // the scheduler's batch
+	}
+	if (e.Kind == worker.Admitted || e.Kind == worker.WaitedInline) && e.TaskType == "partner:sync" && !e.Slot.IsZero() {
+		d.admit(tenant, e.Slot)
 	}
 	switch e.Kind {
 	case worker.WaitedInline:

@@ -5,8 +5,10 @@
 // cap on exports. One tenant enqueues three times as much as each other,
 // first; the overall limit is shared fairly between them. It shows the work
 // live, then checks what it proves: every task processed exactly once, no
-// second above the policy, each tenant's fair share while all have calls
-// left, nothing failed or archived. It exits 0 when the run held the policy,
+// second of admissions (on the Redis clock, where the limits decide) above
+// the policy, every call at the partner within 250 ms of its admission,
+// no tenant's first call behind another's backlog, each tenant's fair
+// share while all have calls left, nothing failed or archived. It exits 0 when the run held the policy,
 // 1 when it did not, 2 when it could not run, and 130 when interrupted.
 //
 // By default it starts an embedded Redis on a loopback port; --redis

@@ -30,13 +30,20 @@ func TestDemoHoldsThePolicy(t *testing.T) {
 	for _, want := range []string{
 		"ok    every task processed exactly once: 144 of 144 ran, 0 more than once",
 		"ok    tenant acme",      // its highest rate, first call and fair share
-		"ok    overall         ", // the highest rate at the partner in all
-		"its fair share",         // measured, not skipped for a short backlog
+		"ok    overall         ", // the highest rate admitted in all
+		"ok    calls reached the partner ",
+		"its fair share",        // measured, not skipped for a short backlog
+		"ok    tenant initech ", // its first admission, not behind the others' backlog
 		"ok    asynq: 0 failed, 0 archived",
 		"\nThe fleet held the policy.\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "calls reached the partner ") || strings.Contains(line, " ahead ran first") {
+			t.Logf("figures: %s", line)
 		}
 	}
 	// Not a terminal: plain lines, no cursor movement, no colour.

@@ -34,9 +34,10 @@ const (
 	summaryIndent = "      " // the width of "ok    " and "FAIL  "
 )
 
-// summarize checks the run: every task ran exactly once, no second at the
-// partner above what the policy allows, the export cap held, and asynq saw
-// nothing fail or archived.
+// summarize checks the run: every task ran exactly once, no second of
+// admissions above what the policy allows, every call at the partner soon
+// after its admission, the export cap held, and asynq saw nothing fail or
+// archived.
 func (d *demo) summarize() summary {
 	s := summary{held: true}
 	took := time.Since(d.started).Round(100 * time.Millisecond)
@@ -52,15 +53,15 @@ func (d *demo) summarize() summary {
 	s.check(total == want && twice == 0, "every task processed exactly once: %d of %d ran, %d more than once", total, want, twice)
 	algo := d.opts.algorithm.name
 	allows, why := d.opts.algorithm.allows(d.opts.tenantRate)
-	s.note("Highest rate at the partner (%s allows %s):", algo, why)
+	s.note("Most partner calls admitted in any second, on Redis's clock (%s allows %s):", algo, why)
 	for _, t := range tenantNames() {
-		most := mostInAnySecond(d.partner.arrivals(t))
-		s.check(most <= allows, "%-15s %2d calls in one second; %s %d/s allows %d",
-			"tenant "+t, most, algo, d.opts.tenantRate, allows)
+		most := mostInAnySecond(d.admissionsLocked(t))
+		s.check(most <= allows, "%-15s %2d admitted; %s %d/s allows %d", "tenant "+t, most, algo, d.opts.tenantRate, allows)
 	}
 	allAllows, _ := d.opts.algorithm.allows(d.opts.overallRate)
-	most := mostInAnySecond(d.partner.arrivals(""))
-	s.check(most <= allAllows, "%-15s %2d calls in one second; %d/s allows %d", "overall", most, d.opts.overallRate, allAllows)
+	most := mostInAnySecond(d.admissionsLocked(""))
+	s.check(most <= allAllows, "%-15s %2d admitted; %d/s allows %d", "overall", most, d.opts.overallRate, allAllows)
+	d.checkArrivals(&s)
 	d.checkFairness(&s)
 	s.check(int(d.mostExp.Load()) <= d.opts.exportCap, "exports at once: at most %d, cap %d", d.mostExp.Load(), d.opts.exportCap)
 	throttled := fmt.Sprintf("throttled tasks: %d waited inline, %d rescheduled, %d given up", sum(d.waited), sum(d.resched), d.gaveUp)
@@ -85,30 +86,77 @@ func (d *demo) summarize() summary {
 // every tenant has a backlog.
 const fairWithin = 0.20
 
-// newcomerWithin is how soon after the tasks went in each tenant's first
-// call must reach the partner, however much another enqueued before it.
-const newcomerWithin = 2 * time.Second
+// newcomerAhead is the most of the calls enqueued before a tenant's first
+// that may run before it: a tenant behind the others' backlog would wait
+// for all of them. How many do run before it depends on the machine: the
+// fleet takes each call ahead from the queue and throttles it (it waits or
+// goes back) before it reaches the tenant's first, which takes longer on a
+// slower or busier machine, while the calls admitted meanwhile come at the
+// limits' rate. Measured with TestDemoHoldsThePolicy (72 calls ahead of
+// globex's first, 96 ahead of initech's) while two other processes kept
+// both cores of a 2-core machine busy: 6-12 and 10-15 ran first (three
+// runs), 15-19 and 26-28 under the race detector (three runs): at most
+// 29%.
+const newcomerAhead = 0.5
 
-// checkFairness checks, for rate rules, that while every tenant had calls
-// left (from the last tenant's first call to the first tenant's last), each
-// got its fair share of the overall limit, min(tenant rate, overall rate /
-// tenants), within fairWithin, and that no tenant's first call waited
-// behind another's backlog. d.mu is held.
+// checkArrivals checks that every call reached the partner soon after its
+// admission: no earlier than it (but for the uncertainty of the clocks'
+// offset and a few milliseconds), no later than arrivalWithin. So no
+// window of a second less arrivalWithin at the partner held more calls
+// than the limits admitted in a second. d.mu is held.
+func (d *demo) checkArrivals(s *summary) {
+	arrivals := d.partner.arrivals("")
+	least, most, ok := lateness(arrivals, d.admissionsLocked(""), d.offset)
+	if !ok {
+		s.check(false, "%d calls reached the partner, %d admitted", len(arrivals), len(d.admissionsLocked("")))
+		return
+	}
+	early := d.offsetErr + 5*time.Millisecond
+	s.check(least >= -early && most <= arrivalWithin, "calls reached the partner %s to %s after their admissions; within %s",
+		least.Round(time.Millisecond), most.Round(time.Millisecond), arrivalWithin)
+}
+
+// checkFairness checks, for rate rules, on the Redis clock: that while
+// every tenant had calls left (from the last tenant's first admission to
+// the first tenant's last), each got its fair share of the overall limit,
+// min(tenant rate, overall rate / tenants), within fairWithin, and that no
+// tenant's first call waited behind another's backlog: at most
+// newcomerAhead of the calls enqueued before it ran before it. d.mu is
+// held.
 func (d *demo) checkFairness(s *summary) {
 	if !d.opts.algorithm.meter {
 		s.note("fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", d.opts.algorithm.name)
 		return
 	}
+	all := d.admissionsLocked("")
+	if len(all) == 0 {
+		s.check(false, "fair shares: no call admitted")
+		return
+	}
 	var start, end time.Time
-	s.note("First call after the tasks went in, behind no other tenant's backlog:")
-	for _, t := range tenantNames() {
-		calls := d.partner.arrivals(t)
+	s.note("First admission, behind no other tenant's backlog:")
+	queued := 0 // calls enqueued before the tenant's first
+	for i, t := range tenantNames() {
+		calls := d.admissionsLocked(t)
 		if len(calls) == 0 {
 			s.check(false, "fair shares: tenant %s made no call", t)
 			return
 		}
-		first := calls[0].Sub(d.enqueued)
-		s.check(first <= newcomerWithin, "%-15s %5s; within %s", "tenant "+t, first.Round(time.Millisecond), newcomerWithin)
+		ahead := 0 // of those, admitted before the tenant's first
+		for _, before := range tenantNames()[:i] {
+			for _, at := range d.admissionsLocked(before) {
+				if at.Before(calls[0]) {
+					ahead++
+				}
+			}
+		}
+		s.check(float64(ahead) <= newcomerAhead*float64(queued), "%-15s %5s after the first; %d of %d ahead ran first",
+			"tenant "+t, calls[0].Sub(all[0]).Round(time.Millisecond), ahead, queued)
+		for j := range d.opts.tasks {
+			if tenantOf(j, d.opts.tasks) == t {
+				queued++
+			}
+		}
 		start = later(start, calls[0])
 		if last := calls[len(calls)-1]; end.IsZero() || last.Before(end) {
 			end = last
@@ -125,7 +173,7 @@ func (d *demo) checkFairness(s *summary) {
 	s.note("Rate while every tenant had calls left (%s), and its fair share:", span.Round(time.Millisecond))
 	for _, t := range tenantNames() {
 		got := 0
-		for _, at := range d.partner.arrivals(t) {
+		for _, at := range d.admissionsLocked(t) {
 			if !at.Before(start) && at.Before(end) {
 				got++
 			}

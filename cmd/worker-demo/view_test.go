@@ -234,8 +234,9 @@ func TestSummaryFits(t *testing.T) {
 	}
 	allows, why := algo.allows(1000)
 	s := summary{held: true}
-	s.note("Highest rate at the partner (%s allows %s):", algo.name, why)
-	s.check(false, "%-15s %2d calls in one second; %s %d/s allows %d", "tenant initech", 123456, algo.name, 1000, allows)
+	s.note("Most partner calls admitted in any second, on Redis's clock (%s allows %s):", algo.name, why)
+	s.check(false, "%-15s %2d admitted; %s %d/s allows %d", "tenant initech", 123456, algo.name, 1000, allows)
+	s.check(true, "calls reached the partner %s to %s after their admissions; within %s", -999*time.Millisecond, 99999*time.Millisecond, arrivalWithin)
 	s.check(true, "fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", algo.name)
 	var out bytes.Buffer
 	s.write(&out, true)
