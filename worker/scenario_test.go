@@ -332,16 +332,20 @@ func TestBusyFleetHoldsEveryRule(t *testing.T) {
 	}
 }
 
-// TestFairShares: overall 30/s shared fairly by tenant, each tenant also
-// held to 20/s; one tenant enqueues five times as much as two others, and
-// first. While all three have a backlog (about 5 s: a shorter span makes
-// one admission more or less at its ends weigh 2% or more) each gets 10/s
-// ± 20%, a newcomer's first task starts within 2 s of being enqueued, and
-// the overall limit is used at least 95%.
+// TestFairShares: overall 15/s shared fairly by tenant, each tenant also
+// held to 10/s; one tenant enqueues more than three times as much as two
+// others, and first. While all three have a backlog (about 5 s: a
+// shorter span makes one admission more or less at its ends weigh more)
+// each gets 5/s ± 20%, a newcomer's first task starts within 2 s of being
+// enqueued, and the overall limit is used at least 95%. The rates are half
+// what they were: at 30/s overall, with almost 8 round trips to Redis per
+// task, the embedded Redis under -race in CI's parallel packages left
+// slots unused (27.9/s of 30/s: the limit was that Redis's CPU, not the
+// library).
 func TestFairShares(t *testing.T) {
 	tg := redistest.New(t)
-	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenantAndOverall(20, 30, true), work: 5 * time.Millisecond,
-		tenants: []backlog{{tenant: "big", tasks: 300}, {tenant: "small-1", tasks: 60, after: time.Second}, {tenant: "small-2", tasks: 60, after: time.Second}}})
+	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: perTenantAndOverall(10, 15, true), work: 5 * time.Millisecond,
+		tenants: []backlog{{tenant: "big", tasks: 100}, {tenant: "small-1", tasks: 30, after: time.Second}, {tenant: "small-2", tasks: 30, after: time.Second}}})
 	out.report(t, "fair shares")
 	tenants := out.byTenant()
 	for _, small := range []string{"small-1", "small-2"} {
@@ -359,18 +363,18 @@ func TestFairShares(t *testing.T) {
 		rate := out.rate(tenants[tenant], from, to)
 		total += rate
 		t.Logf("figures: fair shares: tenant %s: %.1f/s while all three had a backlog (%s)", tenant, rate, to.Sub(from).Round(time.Millisecond))
-		if rate < 8 || rate > 12 {
-			t.Errorf("tenant %s got %.1f/s while all three had a backlog; want 10/s ± 20%%", tenant, rate)
+		if rate < 4 || rate > 6 {
+			t.Errorf("tenant %s got %.1f/s while all three had a backlog; want 5/s ± 20%%", tenant, rate)
 		}
 	}
-	if total < 0.95*30 {
-		t.Errorf("the overall limit was used at %.1f/s; want at least 95%% of 30/s", total)
+	if total < 0.95*15 {
+		t.Errorf("the overall limit was used at %.1f/s; want at least 95%% of 15/s", total)
 	}
 	for _, runs := range tenants {
-		asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 21)
+		asynqtest.CheckHeld(t, runs, out.slots, out.offset, time.Second, 11)
 	}
-	if most := out.mostInASecond(out.runs); most > 31 {
-		t.Errorf("%d admissions in one second over all tenants; the overall rule allows 31", most)
+	if most := out.mostInASecond(out.runs); most > 16 {
+		t.Errorf("%d admissions in one second over all tenants; the overall rule allows 16", most)
 	}
 }
 
