@@ -12,9 +12,9 @@ import (
 // The limits are decided on the Redis server's clock: a call is admitted
 // at a slot there, and reaches the partner a little later on this
 // process's clock, by the time a timer, the Go scheduler, asynq's
-// goroutines and a loopback socket take. The summary checks the limits
-// strictly on the admissions, and how late after its admission each call
-// reached the partner.
+// goroutines and a loopback socket take. For rate rules the summary checks
+// the limits strictly on the admissions, and how late after its admission
+// each call reached the partner (see checkRates).
 
 // arrivalWithin is how much later than its admission a call may reach the
 // partner. Measured with the demo tests (TestDemoHoldsThePolicy logs the

@@ -5,10 +5,12 @@
 // cap on exports. One tenant enqueues three times as much as each other,
 // first; the overall limit is shared fairly between them. It shows the work
 // live, then checks what it proves: every task processed exactly once, no
-// second of admissions (on the Redis clock, where the limits decide) above
-// the policy, every call at the partner within 250 ms of its admission,
-// no tenant's first call behind another's backlog, each tenant's fair
-// share while all have calls left, nothing failed or archived. It exits 0 when the run held the policy,
+// second above the policy (for rate rules, of admissions on the Redis
+// clock, where the limits decide, with every call at the partner within
+// 250 ms of its admission; for window rules, of calls at the partner, in
+// any second less those 250 ms), no tenant's first call behind another's
+// backlog, each tenant's fair share while all have calls left, nothing
+// failed or archived. It exits 0 when the run held the policy,
 // 1 when it did not, 2 when it could not run, and 130 when interrupted.
 //
 // By default it starts an embedded Redis on a loopback port; --redis

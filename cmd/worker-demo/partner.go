@@ -45,13 +45,13 @@ func (p *partnerAPI) arrivals(tenant string) []time.Time {
 	return out
 }
 
-// mostInAnySecond returns the most calls within any closed one-second
-// window.
-func mostInAnySecond(ts []time.Time) int {
+// mostInAny returns the most of the sorted instants ts within any closed
+// window of w.
+func mostInAny(ts []time.Time, w time.Duration) int {
 	most := 0
 	for i := range ts {
 		j := i
-		for j < len(ts) && ts[j].Sub(ts[i]) <= time.Second {
+		for j < len(ts) && ts[j].Sub(ts[i]) <= w {
 			j++
 		}
 		most = max(most, j-i)

@@ -225,8 +225,9 @@ func TestWrap(t *testing.T) {
 }
 
 // TestSummaryFits writes the longest lines a summary can hold, a failing
-// sliding-window run's, and checks that each fits 80 columns, keeps its
-// mark and its colour, and loses no word.
+// sliding-window run's (one note, first: wrappedLines cannot tell a note
+// from the continuation of the line before it), and checks that each fits
+// 80 columns, keeps its mark and its colour, and loses no word.
 func TestSummaryFits(t *testing.T) {
 	algo, err := lookupAlgorithm("sliding-window")
 	if err != nil {
@@ -234,8 +235,9 @@ func TestSummaryFits(t *testing.T) {
 	}
 	allows, why := algo.allows(1000)
 	s := summary{held: true}
-	s.note("Most partner calls admitted in any second, on Redis's clock (%s allows %s):", algo.name, why)
+	s.note("Most calls at the partner in any %s, a second less the %s a call may take to get there (%s allows %s):", time.Second-arrivalWithin, arrivalWithin, algo.name, why)
 	s.check(false, "%-15s %2d admitted; %s %d/s allows %d", "tenant initech", 123456, algo.name, 1000, allows)
+	s.check(false, "%-15s %2d calls; %s %d/s allows %d", "tenant globex", 123456, algo.name, 1000, allows)
 	s.check(true, "calls reached the partner %s to %s after their admissions; within %s", -999*time.Millisecond, 99999*time.Millisecond, arrivalWithin)
 	s.check(true, "fair shares: not checked (%s rules count calls in windows; only gcra and token-bucket share a limit fairly)", algo.name)
 	var out bytes.Buffer
