@@ -17,12 +17,13 @@ import (
 // each call reached the partner (see checkRates).
 
 // arrivalWithin is how much later than its admission a call may reach the
-// partner. Measured with the demo tests (TestDemoHoldsThePolicy logs the
-// figures) in the whole suite while two other processes kept both cores of
-// a 2-core machine busy: the latest call came 30-38 ms after its admission
-// (three runs), 33-48 ms under the race detector (two runs).
-// arrivalWithin is about five times the most.
-const arrivalWithin = 250 * time.Millisecond
+// partner. Measured with the demo test (TestDemoHoldsThePolicy logs the
+// figures) in the whole suite, `go test ./...`, while two other processes
+// kept both cores of a 2-core machine busy: the latest call came 30, 38,
+// 30, 55 and 187 ms after its admission (five runs), 33-48 ms under the
+// race detector (three runs), 3-11 ms in CI's runs on an idle machine.
+// arrivalWithin is about twice the most.
+const arrivalWithin = 400 * time.Millisecond
 
 // clockOffset estimates how far the Redis server's clock is ahead of this
 // process's, and within how much: half the round trip of the TIME that
