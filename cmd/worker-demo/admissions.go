@@ -45,23 +45,27 @@ func clockOffset(ctx context.Context, rdb redis.UniversalClient) (offset, within
 	return offset, best/2 + time.Millisecond, nil
 }
 
-// admit records the admission of a partner call on the Redis clock, for
-// tenant. d.mu is held.
-func (d *demo) admit(tenant string, slot time.Time) {
-	d.admitted[tenant] = append(d.admitted[tenant], slot)
+// admitLocked records the admission of a partner call on the Redis clock,
+// for tenant, keeping the lists in order. d.mu is held.
+func (d *demo) admitLocked(tenant string, slot time.Time) {
+	d.admitted[tenant] = insertInOrder(d.admitted[tenant], slot)
+	d.allAdmitted = insertInOrder(d.allAdmitted, slot)
+}
+
+// insertInOrder inserts t into the ordered ts.
+func insertInOrder(ts []time.Time, t time.Time) []time.Time {
+	i, _ := slices.BinarySearchFunc(ts, t, time.Time.Compare)
+	return slices.Insert(ts, i, t)
 }
 
 // admissionsLocked returns the admissions of a tenant's partner calls ("" for
-// all), in order, on the Redis clock. d.mu is held.
+// all), in order, on the Redis clock. The caller must not change them.
+// d.mu is held.
 func (d *demo) admissionsLocked(tenant string) []time.Time {
-	var out []time.Time
-	for t, at := range d.admitted {
-		if tenant == "" || t == tenant {
-			out = append(out, at...)
-		}
+	if tenant == "" {
+		return d.allAdmitted
 	}
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
-	return out
+	return d.admitted[tenant]
 }
 
 // originalID returns the ID of the task a copy was made from (the

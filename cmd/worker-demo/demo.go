@@ -62,18 +62,19 @@ type demo struct {
 	exports  atomic.Int32   // running now
 	mostExp  atomic.Int32   // most running at once
 
-	mu        sync.Mutex
-	runs      map[string]int // task ID → times run
-	ranBy     map[string]int // tenant (or "exports") → tasks done
-	tenantOf  map[string]string
-	admitted  map[string][]time.Time // tenant → its partner calls' admissions, on the Redis clock
-	offset    time.Duration          // the Redis clock less this process's (see clockOffset)
-	offsetErr time.Duration          // within how much offset is known
-	waited    map[string]int         // tenant → tasks that waited inline
-	resched   map[string]int         // tenant → reschedules
-	gaveUp    int
-	undecided int
-	closeOnce sync.Once
+	mu          sync.Mutex
+	runs        map[string]int // task ID → times run
+	ranBy       map[string]int // tenant (or "exports") → tasks done
+	tenantOf    map[string]string
+	admitted    map[string][]time.Time // tenant → its partner calls' admissions, on the Redis clock, in order
+	allAdmitted []time.Time            // every tenant's, in order
+	offset      time.Duration          // the Redis clock less this process's (see clockOffset)
+	offsetErr   time.Duration          // within how much offset is known
+	waited      map[string]int         // tenant → tasks that waited inline
+	resched     map[string]int         // tenant → reschedules
+	gaveUp      int
+	undecided   int
+	closeOnce   sync.Once
 }
 
 func startDemo(opts options) (*demo, error) {
@@ -299,7 +300,7 @@ func (d *demo) observe(e worker.Event) {
 		tenant = batchTenant // the scheduler's batch
 	}
 	if (e.Kind == worker.Admitted || e.Kind == worker.WaitedInline) && e.TaskType == "partner:sync" && !e.Slot.IsZero() {
-		d.admit(tenant, e.Slot)
+		d.admitLocked(tenant, e.Slot)
 	}
 	switch e.Kind {
 	case worker.WaitedInline:
