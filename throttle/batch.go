@@ -64,7 +64,7 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 	now := time.Now()
 	for i, req := range requests {
 		if l.denied != nil {
-			if r, ok := l.denied.lookup(req.Key, req.N, specs[i].capacity, now); ok {
+			if r, ok := l.denied.lookup(req.Key, req.N, specs[i].id, specs[i].capacity, now); ok {
 				r.policy = specs[i]
 				results[i] = r
 				continue
@@ -101,7 +101,7 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 		results[i] = resultOf(r, specs[i].capacity)
 		results[i].policy = specs[i]
 		if l.denied != nil {
-			l.note(requests[i].Key, requests[i].N, results[i])
+			l.note(requests[i].Key, requests[i].N, specs[i], results[i])
 		}
 	}
 	return results, nil

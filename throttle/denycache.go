@@ -11,8 +11,11 @@ import (
 // wait has passed. It only ever denies what Redis denied: a request is
 // answered locally only when it asks for at least as many units as the one
 // Redis rejected, before that rejection's RetryAfter ends (timed from when
-// the answer arrived, so never earlier than on Redis's clock). It is safe
-// for concurrent use.
+// the answer arrived, so never earlier than on Redis's clock), and while the
+// policy that made it is still the one in force for the key: a rejection
+// made under a policy since changed (a stored policy, a plan) is forgotten
+// and the request goes to Redis, which judges it under the new one. It is
+// safe for concurrent use.
 //
 // Every operation is O(log n) amortised: rejections that ran out leave
 // through a heap ordered by when they run out, never by a sweep of the
@@ -30,17 +33,25 @@ type denyCache struct {
 type denial struct {
 	n            int       // units of the rejected request
 	until, reset time.Time // its RetryAfter and ResetAfter, on this clock
+	// policy is the id of the policy that made the rejection; "" for a
+	// block, which holds whatever the policy.
+	policy string
 }
 
 func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denial)}
 }
 
-// lookup returns a local rejection of n units for key, if Redis's still
-// holds.
-func (c *denyCache) lookup(key string, n int, limit int, now time.Time) (Result, bool) {
+// lookup returns a local rejection of n units for key under the policy
+// policy (a spec's id), if Redis's still holds. A rejection made under
+// another policy is forgotten.
+func (c *denyCache) lookup(key string, n int, policy string, limit int, now time.Time) (Result, bool) {
 	c.mu.Lock()
 	d, ok := c.entries[key]
+	if ok && d.policy != "" && d.policy != policy {
+		delete(c.entries, key)
+		ok = false
+	}
 	c.mu.Unlock()
 	if !ok || n < d.n || !now.Before(d.until) {
 		return Result{}, false
@@ -53,15 +64,16 @@ func (c *denyCache) lookup(key string, n int, limit int, now time.Time) (Result,
 	}, true
 }
 
-// remember records a rejection of n units for key. When the cache is full
+// remember records a rejection of n units for key, made under policy (a
+// spec's id; "" for a block, whatever the policy). When the cache is full
 // of rejections that still hold, it is not recorded: the next request for
 // key goes to Redis again.
-func (c *denyCache) remember(key string, n int, r Result, now time.Time) {
-	d := denial{n: n, until: now.Add(r.RetryAfter), reset: now.Add(r.ResetAfter)}
+func (c *denyCache) remember(key string, n int, policy string, r Result, now time.Time) {
+	d := denial{n: n, until: now.Add(r.RetryAfter), reset: now.Add(r.ResetAfter), policy: policy}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, known := c.entries[key]
-	if known && old.n < n && now.Before(old.until) {
+	if known && old.n < n && now.Before(old.until) && old.policy == policy {
 		return // a rejection of fewer units says more
 	}
 	c.dropExpired(now)

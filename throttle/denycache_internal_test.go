@@ -18,7 +18,7 @@ func BenchmarkDenyCacheFull(b *testing.B) {
 			now := time.Now()
 			live := Result{RetryAfter: time.Hour, ResetAfter: time.Hour}
 			for i := range size {
-				c.remember("full-"+strconv.Itoa(i), 1, live, now)
+				c.remember("full-"+strconv.Itoa(i), 1, "p", live, now)
 			}
 			keys := make([]string, 4096)
 			for i := range keys {
@@ -27,7 +27,7 @@ func BenchmarkDenyCacheFull(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
-				c.remember(keys[i%len(keys)], 1, live, now)
+				c.remember(keys[i%len(keys)], 1, "p", live, now)
 			}
 		})
 	}
@@ -45,7 +45,7 @@ func TestDenyCacheStaysBounded(t *testing.T) {
 		for i := range 300 {
 			key := fmt.Sprintf("k%d", (round*37+i)%500)
 			wait := time.Duration(1+(i%7)) * time.Millisecond
-			c.remember(key, 1, Result{RetryAfter: wait, ResetAfter: wait}, now)
+			c.remember(key, 1, "p", Result{RetryAfter: wait, ResetAfter: wait}, now)
 			if i%3 == 0 {
 				c.forget(key)
 			}
@@ -57,20 +57,20 @@ func TestDenyCacheStaysBounded(t *testing.T) {
 	}
 	// Everything remembered has run out: one new rejection drops it all.
 	now = now.Add(time.Second)
-	c.remember("last", 1, Result{RetryAfter: time.Second}, now)
+	c.remember("last", 1, "p", Result{RetryAfter: time.Second}, now)
 	if len(c.entries) != 1 {
 		t.Fatalf("%d entries after every other rejection ran out; want 1", len(c.entries))
 	}
-	if r, ok := c.lookup("last", 1, 3, now); !ok || r.RetryAfter != time.Second {
+	if r, ok := c.lookup("last", 1, "p", 3, now); !ok || r.RetryAfter != time.Second {
 		t.Fatalf("lookup of the live rejection: %+v, %v", r, ok)
 	}
 	// A cache full of live rejections keeps them and turns the new one away.
 	full := newDenyCache(2)
 	long := Result{RetryAfter: time.Hour}
-	full.remember("a", 1, long, now)
-	full.remember("b", 1, long, now)
-	full.remember("c", 1, long, now)
-	if _, ok := full.lookup("c", 1, 3, now); ok || len(full.entries) != 2 {
+	full.remember("a", 1, "p", long, now)
+	full.remember("b", 1, "p", long, now)
+	full.remember("c", 1, "p", long, now)
+	if _, ok := full.lookup("c", 1, "p", 3, now); ok || len(full.entries) != 2 {
 		t.Fatalf("a full cache took a new key: %d entries", len(full.entries))
 	}
 }

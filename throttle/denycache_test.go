@@ -156,3 +156,106 @@ func TestAllowManyMatchesOneByOne(t *testing.T) {
 }
 
 var _ redis.Hook = (*commandCounter)(nil)
+
+// TestDenyCacheForgetsAChangedPolicy: a key refused under one policy is
+// judged again by Redis as soon as another policy is in force for it: a
+// stored raise reaches a key in the deny cache at once (it stayed refused
+// from the cache until the old RetryAfter ended), through Allow and
+// AllowMany, for a rate (GCRA 3/min raised to 60/min) and for a daily
+// quota (3 raised to 10); a stored cut is applied as quickly. A block
+// holds whatever the policy.
+func TestDenyCacheForgetsAChangedPolicy(t *testing.T) {
+	cases := []struct {
+		name       string
+		code, next throttle.Policy
+		used       int
+	}{
+		{"gcra raised", throttle.GCRA{Rate: throttle.PerMinute(3), Burst: 3}, throttle.GCRA{Rate: throttle.PerMinute(60), Burst: 60}, 3},
+		{"quota raised", throttle.Quota{Limit: 3, Period: throttle.Day}, throttle.Quota{Limit: 10, Period: throttle.Day}, 3},
+		{"window raised", throttle.FixedWindow{Limit: 3, Window: time.Hour}, throttle.FixedWindow{Limit: 5, Window: time.Hour}, 3},
+	}
+	for _, c := range cases {
+		for _, many := range []bool{false, true} {
+			name := c.name
+			if many {
+				name += ", AllowMany"
+			}
+			t.Run(name, func(t *testing.T) {
+				tg := redistest.Embedded(t)
+				clock := tg.Clock(t)
+				clock.Set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+				ctx := context.Background()
+				l := newLimiter(t, tg, c.code, throttle.WithName("partner"), throttle.WithDenyCache(100))
+				allow := func() throttle.Result {
+					t.Helper()
+					if !many {
+						return allowN(t, l, "tenant", 1)
+					}
+					rs, err := l.AllowMany(ctx, []throttle.Request{{Key: "tenant", N: 1}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return rs[0]
+				}
+				for range c.used {
+					if r := allow(); !r.Allowed {
+						t.Fatalf("refused within the limit: %+v", r)
+					}
+				}
+				for range 2 {
+					allow()
+				}
+				if r := allow(); r.Allowed || !r.Cached {
+					t.Fatalf("a refusal repeated: %+v; want it answered from the cache", r)
+				}
+				store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := store.Set(ctx, "partner", c.next); err != nil {
+					t.Fatal(err)
+				}
+				throttle.ForgetPolicyRead(l) // as a second after the change
+				r := allow()
+				if !r.Allowed || r.Cached {
+					t.Fatalf("the first decision under %s: %+v; want admitted by Redis", c.next, r)
+				}
+				if d := decisionPolicy(t, l); d != c.next.String() {
+					t.Fatalf("decided under %s, want %s", d, c.next)
+				}
+
+				// A cut reaches a key refused under the raise too, and a
+				// block outlives a change.
+				for allow().Allowed {
+				}
+				if err := store.Set(ctx, "partner", c.code); err != nil {
+					t.Fatal(err)
+				}
+				throttle.ForgetPolicyRead(l)
+				if r := allow(); r.Allowed || r.Cached {
+					t.Fatalf("the first decision after the cut: %+v; want refused by Redis", r)
+				}
+				if err := l.BlockFor(ctx, "tenant", time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				if err := store.Set(ctx, "partner", c.next); err != nil {
+					t.Fatal(err)
+				}
+				throttle.ForgetPolicyRead(l)
+				if r := allow(); r.Allowed {
+					t.Fatalf("admitted while blocked: %+v", r)
+				}
+			})
+		}
+	}
+}
+
+// decisionPolicy returns the policy in force for the key "tenant" of l.
+func decisionPolicy(t *testing.T, l *throttle.Limiter) string {
+	t.Helper()
+	p, err := l.PolicyFor(context.Background(), "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.String()
+}

@@ -241,7 +241,7 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 	}
 	if err == nil && l.denied != nil {
 		now := time.Now()
-		l.denied.remember(key, 1, Result{RetryAfter: left, ResetAfter: left}, now)
+		l.denied.remember(key, 1, "", Result{RetryAfter: left, ResetAfter: left}, now) // a block holds whatever the policy
 	}
 	return err
 }
@@ -279,7 +279,7 @@ func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Resu
 	}
 	cached := mode == modeTake && l.denied != nil
 	if cached {
-		if r, ok := l.denied.lookup(key, n, sp.capacity, time.Now()); ok {
+		if r, ok := l.denied.lookup(key, n, sp.id, sp.capacity, time.Now()); ok {
 			r.policy = sp
 			return r, nil
 		}
@@ -299,18 +299,18 @@ func (l *Limiter) decide(ctx context.Context, mode int, key string, n int) (Resu
 	r := resultOf(reply, sp.capacity)
 	r.policy = sp
 	if cached {
-		l.note(key, n, r)
+		l.note(key, n, sp, r)
 	}
 	return r, nil
 }
 
-// note keeps a rejection in the deny cache, or drops the key's entry after
-// an admission.
-func (l *Limiter) note(key string, n int, r Result) {
+// note keeps a rejection made under sp in the deny cache, or drops the
+// key's entry after an admission.
+func (l *Limiter) note(key string, n int, sp *spec, r Result) {
 	if r.Allowed {
 		l.denied.forget(key)
 	} else {
-		l.denied.remember(key, n, r, time.Now())
+		l.denied.remember(key, n, sp.id, r, time.Now())
 	}
 }
 

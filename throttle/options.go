@@ -115,9 +115,11 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // (Result.Cached) until the rejection's RetryAfter has passed, without
 // asking Redis. It can only deny what Redis already denied, so it never
 // over-admits: under a flood of requests on an over-limit key, only the
-// first in each wait goes to Redis. The price is that capacity freed early
-// for that key (a Reset or Cancel in another process) is seen only when the
-// wait ends. Default: 0, off.
+// first in each wait goes to Redis. A rejection is forgotten as soon as
+// another policy is in force for its key (a stored policy or a plan
+// changed), so a raise applies to refused keys as quickly as to others. The
+// price is that capacity freed early for that key (a Reset or Cancel in
+// another process) is seen only when the wait ends. Default: 0, off.
 func WithDenyCache(size int) Option {
 	return optionFunc(func(c *config) error {
 		if size < 0 {
