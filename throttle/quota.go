@@ -14,10 +14,13 @@ type Period int
 // The periods a Quota counts in.
 const (
 	// Day runs from midnight to midnight in the quota's Location: 23 or 25
-	// hours on the days its clocks change.
+	// hours on the days its clocks change. Where the clocks skip midnight
+	// (from 23:59:59 straight to 01:00), the day starts at its first
+	// instant, 01:00.
 	Day Period = iota + 1
 	// Month runs from midnight on the first of a month to midnight on the
-	// first of the next, in the quota's Location.
+	// first of the next, in the quota's Location (from the first instant of
+	// the first, where its midnight is skipped).
 	Month
 )
 
@@ -91,11 +94,11 @@ func (p Quota) bounds(at time.Time) []any {
 	var start func(step int) time.Time
 	if p.Period == Month {
 		start = func(step int) time.Time {
-			return time.Date(local.Year(), local.Month()+time.Month(step), 1, 0, 0, 0, 0, loc)
+			return firstInstant(local.Year(), local.Month()+time.Month(step), 1, loc)
 		}
 	} else {
 		start = func(step int) time.Time {
-			return time.Date(local.Year(), local.Month(), local.Day()+step, 0, 0, 0, 0, loc)
+			return firstInstant(local.Year(), local.Month(), local.Day()+step, loc)
 		}
 	}
 	bounds := make([]any, 0, 4)
@@ -103,6 +106,42 @@ func (p Quota) bounds(at time.Time) []any {
 		bounds = append(bounds, itoa(start(step).UnixMicro()))
 	}
 	return bounds
+}
+
+// firstInstant returns the first instant of a date in loc (the date is
+// normalised as time.Date does: day 0 is the last of the month before). It
+// is midnight, unless the clocks skip midnight on that date: time.Date then
+// gives an instant of the day before (23:00 where the clocks go from 00:00
+// to 01:00) or after the skip, and the day starts when the skip ends. Where
+// midnight comes twice (clocks set back to 00:00), it is the first.
+func firstInstant(year int, month time.Month, day int, loc *time.Location) time.Time {
+	at := time.Date(year, month, day, 0, 0, 0, 0, loc)
+	date := time.Date(year, month, day, 0, 0, 0, 0, time.UTC) // normalised
+	local := at.In(loc)
+	if localDate(local).Before(date) {
+		// midnight was skipped: the day starts where the zone in force at
+		// at ends
+		if _, end := at.ZoneBounds(); !end.IsZero() {
+			return end
+		}
+		return at
+	}
+	// An earlier instant of the same date, in the zone before this one?
+	begin, _ := at.ZoneBounds()
+	if begin.IsZero() {
+		return at
+	}
+	_, offset := begin.Add(-time.Nanosecond).Zone()
+	earlier := date.Add(-time.Duration(offset) * time.Second)
+	if earlier.Before(begin) && earlier.Before(at) && localDate(earlier.In(loc)).Equal(date) {
+		return earlier
+	}
+	return at
+}
+
+// localDate returns t's date on its own clock, as midnight UTC.
+func localDate(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 }
 
 // parseQuota reads "LIMIT/day" or "LIMIT/month", then ":ZONE" (UTC

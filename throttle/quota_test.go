@@ -26,6 +26,10 @@ func mustZone(t *testing.T, name string) *time.Location {
 // saving days and month lengths included, and admits again once it has.
 func TestQuotaTurnsAtMidnightInItsZone(t *testing.T) {
 	newYork, paris := mustZone(t, "America/New_York"), mustZone(t, "Europe/Paris")
+	// Zones whose clocks skip midnight (00:00 -> 01:00) on these days: the
+	// day starts at 01:00; time.Date's midnight is 23:00 of the day before.
+	santiago, azores := mustZone(t, "America/Santiago"), mustZone(t, "Atlantic/Azores")
+	havana, asuncion := mustZone(t, "America/Havana"), mustZone(t, "America/Asuncion")
 	for _, tc := range []struct {
 		name   string
 		quota  throttle.Quota
@@ -46,6 +50,22 @@ func TestQuotaTurnsAtMidnightInItsZone(t *testing.T) {
 			time.Date(2026, 1, 31, 23, 0, 0, 0, paris), time.Hour},
 		{"March in Paris, 23 days and 23 h", throttle.Quota{Limit: 2, Period: throttle.Month, Location: paris},
 			time.Date(2026, 3, 8, 0, 0, 0, 0, paris), 23*24*time.Hour + 23*time.Hour},
+		{"Santiago, 22:30 before midnight is skipped", throttle.Quota{Limit: 2, Period: throttle.Day, Location: santiago},
+			time.Date(2026, 9, 5, 22, 30, 0, 0, santiago), 90 * time.Minute},
+		{"Santiago, 23:30 before midnight is skipped", throttle.Quota{Limit: 2, Period: throttle.Day, Location: santiago},
+			time.Date(2026, 9, 5, 23, 30, 0, 0, santiago), 30 * time.Minute},
+		{"Santiago, the day that starts at 01:00 (23 h)", throttle.Quota{Limit: 2, Period: throttle.Day, Location: santiago},
+			time.Date(2026, 9, 6, 1, 0, 0, 0, santiago), 23 * time.Hour},
+		{"Azores, midnight skipped", throttle.Quota{Limit: 1, Period: throttle.Day, Location: azores},
+			time.Date(2026, 3, 28, 23, 0, 0, 0, azores), time.Hour},
+		{"Havana, midnight skipped", throttle.Quota{Limit: 1, Period: throttle.Day, Location: havana},
+			time.Date(2026, 3, 7, 20, 0, 0, 0, havana), 4 * time.Hour},
+		{"Asuncion, midnight skipped", throttle.Quota{Limit: 1, Period: throttle.Day, Location: asuncion},
+			time.Date(2024, 10, 5, 23, 59, 0, 0, asuncion), time.Minute},
+		{"Havana, midnight twice (25 h from the first)", throttle.Quota{Limit: 1, Period: throttle.Day, Location: havana},
+			time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC), 25 * time.Hour},
+		{"Santiago, the month of the skip", throttle.Quota{Limit: 2, Period: throttle.Month, Location: santiago},
+			time.Date(2026, 9, 30, 23, 0, 0, 0, santiago), time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := redistest.Embedded(t)
