@@ -30,19 +30,22 @@ local den = tonumber(ARGV[5])
 local now = server_now()
 local level = 0
 local stamp = now -- the instant the level is measured at
+-- measured with another rate (a policy changed), the level drains at that
+-- rate until a decision writes it, and carries over in units, rounded up:
+-- its level in its own ticks and its rate, while it does
+local foreign, onum, oden
 local state = load_state(KEYS[1])
 if state then
   -- A last admission ahead of now means the clock stepped back: measure
   -- from that instant, so no leaking is counted twice.
   stamp = math.max(now, state[2])
   local drained = stamp - state[2]
-  -- measured with another rate (a policy changed), the level drains at
-  -- that rate until now, then carries over in units, rounded up
-  local onum, oden = state[3] or num, state[4] or den
+  onum, oden = state[3] or num, state[4] or den
   -- compare before multiplying, so a long idle gap cannot overflow
   if drained < ceil_div(state[1], oden) then
     level = state[1] - drained * oden
     if onum ~= num or oden ~= den then
+      foreign = level
       level = math.min(ceil_div(level * num, onum), 4503599627370496)
     end
   end
@@ -71,6 +74,11 @@ if blocked > 0 then
 end
 
 if level + pour > full then
+  if foreign then
+    -- n drops fit once the old level is at most (capacity - n) drops of
+    -- the old rate: its conversion, rounded up, is then exactly room
+    return {0, floor_div(full - level, num), ceil_div(foreign - (capacity - n) * onum, oden), ceil_div(foreign, oden), now}
+  end
   return {0, floor_div(full - level, num), ceil_div(level + pour - full, den), ceil_div(level, den), now}
 end
 if mode ~= MODE_PEEK then

@@ -15,7 +15,8 @@
 --          capacity in tokens)
 -- ARGV[4]  num } one unit is num/den microseconds of the rate (GCRA's
 -- ARGV[5]  den }   emission interval T, a token's refill), in lowest terms
--- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
+-- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us};
+--          the waits are exact also for an instant another policy stored
 --
 -- Time is counted in ticks of 1/den microsecond, so a unit is exactly num
 -- ticks and nothing is rounded. A request of n units conforms when
@@ -34,15 +35,27 @@ local burst, num, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local debt = math.max(0, signed_ticks(KEYS[1], now, num, den) or 0)
+local ticks, stored, onum, oden = signed_ticks(KEYS[1], now, num, den)
+local debt = math.max(0, ticks or 0)
 local tolerance = burst * num
 local new_debt = debt + n * num
 
-if new_debt > tolerance then
-  return {0, math.max(0, math.floor((tolerance - debt) / num)), math.ceil((new_debt - tolerance) / den), math.ceil(debt / den), now}
+if new_debt > tolerance or mode == MODE_PEEK then
+  -- Nothing is written: the waits are those of the instant as stored. One
+  -- measured by another policy (a named limiter's policy changed) moves at
+  -- that policy's pace until a decision writes it, so its waits are
+  -- counted in its own ticks: n units conform once stored <= (burst-n)*onum,
+  -- the bound its conversion (rounded up) meets exactly then.
+  local retry, reset, per_us = new_debt - tolerance, debt, den
+  if onum and (onum ~= num or oden ~= den) then
+    retry, reset, per_us = stored - (burst - n) * onum, math.max(0, stored), oden
+  end
+  local allowed = 0
+  if new_debt <= tolerance then
+    allowed, retry = 1, 0
+  end
+  return {allowed, math.max(0, math.floor((tolerance - debt) / num)), math.ceil(retry / per_us), math.ceil(reset / per_us), now}
 end
-if mode == MODE_TAKE then
-  debt = new_debt
-  store_instant(KEYS[1], now, debt, num, den)
-end
+debt = new_debt
+store_instant(KEYS[1], now, debt, num, den)
 return {1, math.floor((tolerance - debt) / num), 0, math.ceil(debt / den), now}

@@ -236,3 +236,55 @@ func countOf(p throttle.Policy) (int, time.Duration) {
 	}
 	panic("not a window")
 }
+
+// TestRetryAfterIsExactAcrossAChange: after a named limiter's policy
+// changed, the first refusal under the new policy says exactly when the
+// same request is admitted: at now + RetryAfter it is, a microsecond
+// earlier it is not, also while the state the old policy left keeps
+// draining at the old pace (GCRA 10/s burst 10, then 5/s burst 5: the
+// first refusal said 1.2 s, the key was admitted from 0.6 s). Both
+// directions of every change, for one unit and for two, the old units
+// taken at a window's start and 0.37 s into it, then 0.2 s later; Redis's
+// clock is driven.
+func TestRetryAfterIsExactAcrossAChange(t *testing.T) {
+	for _, c := range changes() {
+		for _, reverse := range []bool{false, true} {
+			for _, step := range []struct {
+				n    int
+				into time.Duration
+			}{{1, 0}, {2, 0}, {1, 370 * time.Millisecond}, {3, 370 * time.Millisecond}} {
+				n := step.n
+				first, second := c.old, c.new
+				if reverse {
+					first, second = c.new, c.old
+				}
+				t.Run(first.String()+" then "+second.String()+" n="+itoa(n)+" at "+step.into.String(), func(t *testing.T) {
+					tg := redistest.Embedded(t)
+					clock := tg.Clock(t)
+					clock.Set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC).Add(step.into))
+					before := newLimiter(t, tg, first, throttle.WithName("partner-api"))
+					after := newLimiter(t, tg, second, throttle.WithName("partner-api"))
+					drain(t, before, "tenant-1")
+					if step.into > 0 {
+						clock.Advance(200 * time.Millisecond)
+					}
+					// what the new policy admits at once, if anything
+					for allowN(t, after, "tenant-1", n).Allowed {
+					}
+					r := allowN(t, after, "tenant-1", n)
+					if r.Allowed || r.RetryAfter <= 0 {
+						t.Fatalf("refused, then %+v", r)
+					}
+					clock.Advance(r.RetryAfter - time.Microsecond)
+					if early := allowN(t, after, "tenant-1", n); early.Allowed {
+						t.Fatalf("RetryAfter %s, but admitted a microsecond earlier", r.RetryAfter)
+					}
+					clock.Advance(time.Microsecond)
+					if on := allowN(t, after, "tenant-1", n); !on.Allowed {
+						t.Fatalf("RetryAfter %s, but refused then: %+v", r.RetryAfter, on)
+					}
+				})
+			}
+		}
+	}
+}

@@ -169,8 +169,11 @@ end
 
 -- A count made with another window length (a policy changed) carries over
 -- into the current window while the window it was counted in lasts.
+-- carried_for is how long such a count still counts.
+local carried_for
 if state and state[3] and state[3] ~= window then
   if (state[1] + 1) * state[3] > now then
+    carried_for = (state[1] + 1) * state[3] - now
     state = {index, state[2], window}
   else
     state = nil
@@ -191,7 +194,13 @@ if blocked > 0 then
 end
 
 if count + n > limit then
-  return {0, limit - count, until_end, until_end, now}
+  -- nothing is written: a count carried over stops counting when the
+  -- window it was counted in ends, if that comes first
+  local wait = until_end
+  if carried_for and carried_for < wait then
+    wait = carried_for
+  end
+  return {0, limit - count, wait, wait, now}
 end
 if mode ~= MODE_PEEK then
   count = count + n

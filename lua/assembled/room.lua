@@ -83,9 +83,13 @@ end
 
 -- signed_ticks returns how many ticks of den (units of num ticks) from now
 -- the instant stored at key lies, negative when it has passed; nil when the
--- key is absent. It is the one reader of the format above, written out
--- without other helpers: it runs on every decision of the meters, and
--- each helper a script defines is a closure made on every call.
+-- key is absent. It also returns the distance as stored, in ticks of the
+-- interval onum/oden that measured it, and that interval (num/den when the
+-- same): until a policy writes the instant again, it keeps moving at that
+-- interval's pace, which a refusal's wait must follow. It is the one
+-- reader of the format above, written out without other helpers: it runs
+-- on every decision of the meters, and each helper a script defines is a
+-- closure made on every call.
 local function signed_ticks(key, now, num, den)
   local stored = redis.call('GET', key)
   if not stored then
@@ -106,9 +110,9 @@ local function signed_ticks(key, now, num, den)
   end
   local ticks = (at - now) * oden + rest
   if onum ~= num or oden ~= den then
-    return convert_ticks(ticks, onum, num)
+    return convert_ticks(ticks, onum, num), ticks, onum, oden
   end
-  return ticks
+  return ticks, ticks, num, den
 end
 
 -- ticks_until returns how many ticks of den (units of num ticks) from now

@@ -162,6 +162,8 @@ local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local prev, cur = 0, 0
 local state = load_state(KEYS[1])
+-- old is a state counted under another window length, while it carries
+local old
 if state and state[4] and state[4] ~= window then
   -- what the old window's policy would count now, rounded up, becomes the
   -- current window's count
@@ -173,10 +175,35 @@ if state and state[4] and state[4] ~= window then
   elseif now < ostart + 2 * ow then
     carried = math.ceil(state[3] * (ow - (now - ostart - ow)) / ow)
   end
+  old = state
   state = nil
   if carried > 0 then
     state = {index, 0, carried}
   end
+end
+
+-- carried_fits returns the first instant from now at which the count
+-- carried from old is at most room: nothing is written until then, so the
+-- old estimate keeps decaying over the old window (room >= 0). While the
+-- old window lasts, the count is cur + ceil(prev * (ow - x) / ow), x into
+-- it; then ceil(cur * (ow - y) / ow), y into the next; then nothing.
+local function carried_fits(room)
+  local ow, prev_old, cur_old = old[4], old[2], old[3]
+  local ostart = old[1] * ow
+  if now < ostart + ow and cur_old <= room then
+    local x = 0
+    if prev_old > 0 then
+      x = ow - floor_div((room - cur_old) * ow, prev_old)
+    end
+    if ostart + x < ostart + ow then
+      return math.max(now, ostart + math.max(0, x))
+    end
+  end
+  local y = 0
+  if cur_old > 0 then
+    y = math.min(ow, math.max(0, ow - floor_div(room * ow, cur_old)))
+  end
+  return math.max(now, ostart + ow + y)
 end
 if state then
   if state[1] >= index then
@@ -230,6 +257,11 @@ if prev * (W - elapsed) + (cur + n) * W > limit * W then
   local reset_after = start + 2 * window - now
   if cur == 0 then
     reset_after = start + window - now
+  end
+  if old then
+    -- nothing is written: the count carried over from the old window
+    -- length keeps decaying, and alone it counts (prev is 0)
+    wait_until, reset_after = carried_fits(limit - n), carried_fits(0) - now
   end
   return {0, math.max(0, limit - cur - weighted_prev(elapsed)), wait_until - now, reset_after, now}
 end
