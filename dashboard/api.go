@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -28,15 +29,25 @@ type apiError struct {
 func (e apiError) Error() string { return e.msg }
 
 // serve runs answer within the timeout and writes its value as JSON, or its
-// error.
+// error. The request is answered when the timeout ends, whatever the
+// client's options: a Redis that hangs holds a go-redis call for its read
+// timeout times its retries (5 s and more with the defaults), which then
+// finishes in the background.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, answer func(ctx context.Context, now time.Time) (any, error)) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
 	defer cancel()
-	now, err := fleet.Now(ctx, h.client)
 	var v any
-	if err == nil {
-		v, err = answer(ctx, now)
-	}
+	err := bounded.Call(ctx, func(ctx context.Context) error {
+		now, err := fleet.Now(ctx, h.client)
+		if err != nil {
+			return err
+		}
+		answered, err := answer(ctx, now)
+		if err == nil {
+			v = answered // read only once Call returned nil: this ran to its end
+		}
+		return err
+	})
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {

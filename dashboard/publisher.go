@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -236,7 +237,12 @@ func (p *Publisher) run() {
 // against the middle of the round trip.
 func (p *Publisher) measure(ctx context.Context) (time.Time, error) {
 	sent := p.now()
-	server, err := fleet.Now(ctx, p.client)
+	var server time.Time
+	err := bounded.Call(ctx, func(ctx context.Context) error {
+		var err error
+		server, err = fleet.Now(ctx, p.client)
+		return err
+	})
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -258,7 +264,19 @@ func (p *Publisher) flush(ctx context.Context) error {
 	now, err := p.measure(ctx)
 	if err == nil {
 		fleet.Trim(batch, now.Add(-fleet.Window).Unix())
-		p.sent, err = fleet.Flush(ctx, p.client, p.cfg.prefix, &fleet.Batch{Process: p.cfg.process, Limiters: batch}, now)
+		// Bounded whatever the client's options, so that Close returns when
+		// its ctx ends; a flush abandoned then may still be applied, and
+		// its counts are kept for the next (written twice: the price of an
+		// answer on time).
+		var sent int
+		err = bounded.Call(ctx, func(ctx context.Context) error {
+			var err error
+			sent, err = fleet.Flush(ctx, p.client, p.cfg.prefix, &fleet.Batch{Process: p.cfg.process, Limiters: batch}, now)
+			return err
+		})
+		if err == nil {
+			p.sent = sent
+		}
 	}
 	if dropped > 0 {
 		p.cfg.logger.Warn("dashboard: too many limiters: decisions of further limiters were not counted",

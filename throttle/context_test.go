@@ -106,6 +106,10 @@ func TestCallsReturnWhenTheirContextEnds(t *testing.T) {
 		}
 		leases = append(leases, lease)
 	}
+	store, err := throttle.NewPolicyStore(client, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	hang()
 
 	const d = 100 * time.Millisecond
@@ -128,6 +132,14 @@ func TestCallsReturnWhenTheirContextEnds(t *testing.T) {
 		{"Wait on a window", func(ctx context.Context) error { return window.Wait(ctx, "k") }},
 		{"Acquire", func(ctx context.Context) error { _, _, err := conc.Acquire(ctx, "k"); return err }},
 		{"ConcurrencyLimiter.Peek", func(ctx context.Context) error { _, err := conc.Peek(ctx, "k"); return err }},
+		{"PolicyStore.Set", func(ctx context.Context) error {
+			return store.Set(ctx, "n", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+		}},
+		{"PolicyStore.Replace", func(ctx context.Context) error {
+			return store.Replace(ctx, "n", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+		}},
+		{"PolicyStore.Unset", func(ctx context.Context) error { return store.Unset(ctx, "n") }},
+		{"PolicyStore.Get", func(ctx context.Context) error { _, err := store.Get(ctx, "n"); return err }},
 	} {
 		returnsPromptly(t, c.name, d, c.call)
 	}

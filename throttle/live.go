@@ -94,14 +94,18 @@ func (lv *live) refresh(ctx context.Context, c *conn, old *liveSet) *liveSet {
 			if err != nil || v == old.version {
 				return err
 			}
-		} else {
-			// The first read says which algorithm reads this name, so that
-			// a policy of another one is refused when it is set.
-			c.client.HSetNX(ctx, lv.key, storedKind, lv.kind)
 		}
 		var err error
-		fields, err = c.client.HGetAll(ctx, lv.key).Result()
-		return err
+		if fields, err = c.client.HGetAll(ctx, lv.key).Result(); err != nil {
+			return err
+		}
+		if fields[storedKind] == "" {
+			// Say which algorithm reads this name, so that a policy of
+			// another one is refused when it is set: at the first read,
+			// and again after an Unset left nothing stored.
+			c.client.HSetNX(ctx, lv.key, storedKind, lv.kind)
+		}
+		return nil
 	})
 	if err != nil {
 		// Logged at most once per outageLogEvery: during an outage every

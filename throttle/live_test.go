@@ -221,3 +221,99 @@ func TestPlansChooseThePolicyPerKey(t *testing.T) {
 		t.Errorf("pro-3 with a stored policy of burst 1 admitted %d, want 1", got)
 	}
 }
+
+// TestStoredAlgorithmCanChange: the algorithm recorded for a name is not
+// locked in. An operator's mistaken first Set (before any limiter ran) is
+// undone by Unset, after which the limiters that run record theirs again;
+// a fleet that moved the name from GCRA to FixedWindow gets its policy
+// with Replace, which limiters of the new algorithm apply, while one of
+// the old still running keeps the policy it had and says why.
+func TestStoredAlgorithmCanChange(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	gcra20 := throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 20}
+	fw20 := throttle.FixedWindow{Limit: 20, Window: time.Second}
+	kind := func() string {
+		t.Helper()
+		got, err := store.Get(ctx, "partner-api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Kind
+	}
+
+	// A mistaken first set: FixedWindow, for a fleet of GCRA limiters.
+	if err := store.Set(ctx, "partner-api", fw20); err != nil {
+		t.Fatal(err)
+	}
+	old := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10},
+		throttle.WithName("partner-api"), throttle.WithLogger(logger))
+	if p, err := old.PolicyFor(ctx, "tenant-1"); err != nil || p != old.Policy() {
+		t.Fatalf("GCRA limiter under a stored FixedWindow: PolicyFor = %v, %v; want its own", p, err)
+	}
+	if err := store.Set(ctx, "partner-api", gcra20); !errors.Is(err, throttle.ErrInvalidPolicy) || !strings.Contains(err.Error(), "Replace") {
+		t.Fatalf("Set of GCRA on a name recorded as FixedWindow: %v; want ErrInvalidPolicy naming Replace", err)
+	}
+	if err := store.Unset(ctx, "partner-api"); err != nil {
+		t.Fatal(err)
+	}
+	if k := kind(); k != "" {
+		t.Fatalf("after the last policy was unset, the name is still of %q", k)
+	}
+	throttle.ForgetPolicyRead(old) // as a second later
+	if _, err := old.Allow(ctx, "tenant-1"); err != nil {
+		t.Fatal(err)
+	}
+	if k := kind(); k != "gcra" {
+		t.Fatalf("a running GCRA limiter did not record its algorithm again: %q", k)
+	}
+	if err := store.Set(ctx, "partner-api", gcra20); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 50}, "vip"); err != nil {
+		t.Fatal(err)
+	}
+	throttle.ForgetPolicyRead(old)
+	if p, err := old.PolicyFor(ctx, "tenant-1"); err != nil || p != gcra20 {
+		t.Fatalf("PolicyFor = %v, %v; want %v", p, err, gcra20)
+	}
+
+	// The fleet moves to FixedWindow: Set refuses, Replace does it.
+	next := newLimiter(t, tg, throttle.FixedWindow{Limit: 10, Window: time.Second}, throttle.WithName("partner-api"))
+	if err := store.Set(ctx, "partner-api", fw20); !errors.Is(err, throttle.ErrInvalidPolicy) {
+		t.Fatalf("Set of FixedWindow on a GCRA name: %v; want ErrInvalidPolicy", err)
+	}
+	if err := store.Replace(ctx, "partner-api", fw20); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Get(ctx, "partner-api")
+	if err != nil || got.Kind != "fw" || got.Policy != fw20 || len(got.Keys) != 0 || len(got.Invalid) != 0 {
+		t.Fatalf("after Replace: %+v, %v; want only %v, of fw", got, err, fw20)
+	}
+	throttle.ForgetPolicyRead(next)
+	if p, err := next.PolicyFor(ctx, "tenant-1"); err != nil || p != fw20 {
+		t.Fatalf("FixedWindow limiter after Replace: PolicyFor = %v, %v; want %v", p, err, fw20)
+	}
+	if admitted := drain(t, next, "tenant-1"); admitted != 20 {
+		t.Fatalf("the FixedWindow limiter admitted %d at once, want 20 (fresh state)", admitted)
+	}
+	throttle.ForgetPolicyRead(old)
+	if p, err := old.PolicyFor(ctx, "tenant-1"); err != nil || p != gcra20 {
+		t.Fatalf("GCRA limiter still running after Replace: PolicyFor = %v, %v; want the policy it had, %v", p, err, gcra20)
+	}
+	if !strings.Contains(logged.String(), "fw:20/1s") {
+		t.Fatalf("the GCRA limiter did not log the policy it cannot apply: %s", logged.String())
+	}
+	if err := store.Replace(ctx, "a{b}", fw20); !errors.Is(err, throttle.ErrInvalidKey) {
+		t.Fatalf("Replace with a bad name: %v", err)
+	}
+	if err := store.Replace(ctx, "partner-api", throttle.FixedWindow{Limit: 0, Window: time.Second}); !errors.Is(err, throttle.ErrInvalidPolicy) {
+		t.Fatalf("Replace with a bad policy: %v", err)
+	}
+}

@@ -2,9 +2,11 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
@@ -80,54 +82,112 @@ type StoredPolicies struct {
 // Set stores p as the policy of the limiters named name, for every caller
 // key, or for callerKey alone when it is given. Every process applies it
 // within a second. p must be valid and of the same algorithm as the
-// limiters of that name (errors wrap [ErrInvalidPolicy]); name and
-// callerKey must not be empty ([ErrInvalidKey]).
+// limiters of that name (errors wrap [ErrInvalidPolicy]: to move the name
+// to another algorithm, see Replace); name and callerKey must not be empty
+// ([ErrInvalidKey]). Like every call of the library, it returns when ctx
+// ends, whatever the client's options.
 func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey ...string) error {
 	field, err := storedField(name, callerKey)
 	if err != nil {
 		return err
 	}
-	if p == nil {
-		return fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
-	}
-	if err := p.Validate(); err != nil {
+	sp, err := storable(p)
+	if err != nil {
 		return err
 	}
-	sp := p.spec()
 	key := storedPolicyKey(s.prefix, name)
-	kind, err := s.client.HGet(ctx, key, storedKind).Result()
-	if err != nil && err != redis.Nil {
-		return redisFailure(ctx, err)
-	}
-	if err := ofKind(sp, kind); err != nil {
+	return s.call(ctx, func(ctx context.Context) error {
+		kind, err := s.client.HGet(ctx, key, storedKind).Result()
+		if err != nil && err != redis.Nil {
+			return err
+		}
+		if err := ofKind(sp, kind); err != nil {
+			return err
+		}
+		pipe := s.client.TxPipeline()
+		pipe.HSet(ctx, key, field, sp.id)
+		pipe.HSetNX(ctx, key, storedKind, sp.kind)
+		pipe.HIncrBy(ctx, key, storedVersion, 1)
+		_, err = pipe.Exec(ctx)
+		return err
+	})
+}
+
+// Replace makes p the policy of the limiters named name, for every caller
+// key, and p's algorithm the name's, even when the name was of another:
+// what to do when the fleet moves a named limiter to another algorithm, or
+// after a first Set of the wrong one. Every policy stored for the name is
+// removed first, those of single caller keys too. Limiters of p's
+// algorithm apply p within a second; limiters of the old algorithm that
+// still run keep the policy they had in force (their stored one, else
+// theirs in code) and log once that the stored policy is of another
+// algorithm. Their state is not touched: a named limiter's state is kept
+// per algorithm, so limiters of p's algorithm start afresh. Errors as for
+// Set.
+func (s *PolicyStore) Replace(ctx context.Context, name string, p Policy) error {
+	if err := validName(name); err != nil {
 		return err
 	}
-	pipe := s.client.TxPipeline()
-	pipe.HSet(ctx, key, field, sp.id)
-	pipe.HSetNX(ctx, key, storedKind, sp.kind)
-	pipe.HIncrBy(ctx, key, storedVersion, 1)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return redisFailure(ctx, err)
+	sp, err := storable(p)
+	if err != nil {
+		return err
 	}
-	return nil
+	key := storedPolicyKey(s.prefix, name)
+	return s.call(ctx, func(ctx context.Context) error {
+		return s.client.Watch(ctx, func(tx *redis.Tx) error {
+			fields, err := tx.HKeys(ctx, key).Result()
+			if err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				for _, field := range fields {
+					if _, ok := storedCaller(field); ok && field != storedAll {
+						pipe.HDel(ctx, key, field)
+					}
+				}
+				pipe.HSet(ctx, key, storedAll, sp.id, storedKind, sp.kind)
+				pipe.HIncrBy(ctx, key, storedVersion, 1)
+				return nil
+			})
+			return err
+		}, key)
+	})
 }
 
 // Unset removes the policy stored for the limiters named name (or for
 // callerKey alone): the policy in code applies again, within a second.
-// Removing what is not stored is not an error.
+// Removing what is not stored is not an error. When no policy is left
+// stored for the name, its algorithm is forgotten too, until a limiter of
+// the name that runs (within a second) or the next Set records one again.
 func (s *PolicyStore) Unset(ctx context.Context, name string, callerKey ...string) error {
 	field, err := storedField(name, callerKey)
 	if err != nil {
 		return err
 	}
 	key := storedPolicyKey(s.prefix, name)
-	pipe := s.client.TxPipeline()
-	pipe.HDel(ctx, key, field)
-	pipe.HIncrBy(ctx, key, storedVersion, 1)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return redisFailure(ctx, err)
-	}
-	return nil
+	return s.call(ctx, func(ctx context.Context) error {
+		return s.client.Watch(ctx, func(tx *redis.Tx) error {
+			fields, err := tx.HKeys(ctx, key).Result()
+			if err != nil {
+				return err
+			}
+			left := 0
+			for _, f := range fields {
+				if _, ok := storedCaller(f); ok && f != field {
+					left++
+				}
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.HDel(ctx, key, field)
+				if left == 0 {
+					pipe.HDel(ctx, key, storedKind)
+				}
+				pipe.HIncrBy(ctx, key, storedVersion, 1)
+				return nil
+			})
+			return err
+		}, key)
+	})
 }
 
 // Get returns what is stored for the limiters named name.
@@ -135,11 +195,47 @@ func (s *PolicyStore) Get(ctx context.Context, name string) (StoredPolicies, err
 	if _, err := storedField(name, nil); err != nil {
 		return StoredPolicies{}, err
 	}
-	fields, err := s.client.HGetAll(ctx, storedPolicyKey(s.prefix, name)).Result()
+	var fields map[string]string
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		fields, err = s.client.HGetAll(ctx, storedPolicyKey(s.prefix, name)).Result()
+		return err
+	})
 	if err != nil {
-		return StoredPolicies{}, redisFailure(ctx, err)
+		return StoredPolicies{}, err
 	}
 	return readStored(name, fields), nil
+}
+
+// call runs fn, the store's exchange with Redis, bounded by ctx whatever
+// the client's options; a WATCHed key changed under it is tried again, a
+// few times. Errors of Redis wrap [ErrUnavailable] or [ErrRefused]; a
+// refusal of the input is returned as it is.
+func (s *PolicyStore) call(ctx context.Context, fn func(context.Context) error) error {
+	err := bounded.Call(ctx, func(ctx context.Context) error {
+		var err error
+		for range 5 {
+			if err = fn(ctx); err != redis.TxFailedErr {
+				return err
+			}
+		}
+		return err
+	})
+	if err == nil || errors.Is(err, ErrInvalidPolicy) {
+		return err
+	}
+	return redisFailure(ctx, err)
+}
+
+// storable checks a policy to be stored and returns its spec.
+func storable(p Policy) (spec, error) {
+	if p == nil {
+		return spec{}, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
+	}
+	if err := p.Validate(); err != nil {
+		return spec{}, err
+	}
+	return p.spec(), nil
 }
 
 // readStored reads a stored policy hash.
@@ -220,8 +316,8 @@ func ofKind(sp spec, kind string) error {
 	if kind == "" || sp.kind == kind {
 		return nil
 	}
-	return invalidPolicy("%s is %s, and the limiters of this name are %s, which keep their state differently; name a new limiter to change the algorithm",
-		sp.id, kindName(sp.kind), kindName(kind))
+	return invalidPolicy("%s is %s, and the limiters of this name are %s, which keep their state differently; to move the name to %s, replace its policy (PolicyStore.Replace, throttlectl set --replace)",
+		sp.id, kindName(sp.kind), kindName(kind), kindName(sp.kind))
 }
 
 // kindName names an algorithm by its short form.

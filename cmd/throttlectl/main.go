@@ -8,7 +8,7 @@
 //	throttlectl [global flags] reset --policy POLICY KEY
 //	throttlectl [global flags] peek --name NAME [--policy POLICY] KEY
 //	throttlectl [global flags] top [--all] [--limit N] [--config FILE]
-//	throttlectl [global flags] set [--key KEY] NAME POLICY
+//	throttlectl [global flags] set [--key KEY | --replace] NAME POLICY
 //	throttlectl [global flags] get NAME
 //	throttlectl [global flags] unset [--key KEY] NAME
 //	throttlectl [global flags] serve [--addr HOST:PORT] [--actions] [--config FILE]
@@ -53,7 +53,12 @@
 // (with --key, for one caller key), and every process applies it within a
 // second; unset removes it, and the policy in code applies again; get
 // shows what is stored. A policy that is invalid, or of another algorithm
-// than the limiters of that name, is refused (exit status 2). peek and
+// than the limiters of that name, is refused (exit status 2); set
+// --replace moves the name to another algorithm: it removes every policy
+// stored for the name and stores the new one, which limiters of its
+// algorithm apply, while those of the old one still running keep the
+// policy they have. When unset leaves nothing stored, the name's algorithm
+// is forgotten, and the limiters that run record theirs again. peek and
 // reset take such a limiter's keys with --name (the policy stored for it
 // applies; --policy gives the one in code when none is), or as full Redis
 // keys; top peeks them with their stored policy, or the one --config
@@ -115,7 +120,7 @@ var commands = []command{
 	{"peek", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "show one key's state: admitted now?, remaining, retry-after, reset-after, block", runPeek},
 	{"reset", "(--policy POLICY | --config FILE --limiter NAME) KEY | REDIS-KEY", "forget one key's state and lift its block", runReset},
 	{"top", "[--all] [--limit N] [--config FILE]", "list the keys throttled now, longest wait first", runTop},
-	{"set", "[--key KEY] NAME POLICY", "store the policy of the limiter named NAME (or of one KEY); every process applies it within a second", runSet},
+	{"set", "[--key KEY | --replace] NAME POLICY", "store the policy of the limiter named NAME (or of one KEY); every process applies it within a second", runSet},
 	{"get", "NAME", "show the policies stored for the limiter named NAME", runGet},
 	{"unset", "[--key KEY] NAME", "remove a stored policy: the policy in code applies again within a second", runUnset},
 	{"serve", "[--addr HOST:PORT] [--actions] [--config FILE]", "serve the web dashboard on --addr, by default 127.0.0.1:8080: loopback only", runServe},

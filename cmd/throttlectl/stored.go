@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -14,14 +15,27 @@ import (
 // This file holds set, get and unset, which store the policies of named
 // limiters, and how peek, reset and top find a named limiter's policy.
 
-// runSet stores a named limiter's policy, or one caller key's.
+// runSet stores a named limiter's policy, or one caller key's; with
+// --replace, the limiter's policy whatever the name's algorithm was.
 func runSet(a *app, args []string) error {
-	return a.changeStored(args, 2, "NAME POLICY", func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
+	var replace *bool
+	flags := func(fs *flag.FlagSet) {
+		replace = fs.Bool("replace", false, "move the name to POLICY's algorithm: remove every policy stored for it and store POLICY (limiters of the old algorithm still running keep the policy they have)")
+	}
+	return a.changeStored(args, 2, "NAME POLICY", flags, func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
 		p, err := parseRatePolicy(operands[1])
 		if err != nil {
 			return usagef("set: %v", err)
 		}
-		if err := s.Set(ctx, operands[0], p, key...); err != nil {
+		if *replace {
+			if len(key) > 0 {
+				return usagef("set: --replace changes the policy of the whole limiter, not of one --key")
+			}
+			err = s.Replace(ctx, operands[0], p)
+		} else {
+			err = s.Set(ctx, operands[0], p, key...)
+		}
+		if err != nil {
 			return storeError("set", err)
 		}
 		return nil
@@ -30,7 +44,7 @@ func runSet(a *app, args []string) error {
 
 // runUnset removes a named limiter's stored policy, or one caller key's.
 func runUnset(a *app, args []string) error {
-	return a.changeStored(args, 1, "NAME", func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
+	return a.changeStored(args, 1, "NAME", nil, func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
 		if err := s.Unset(ctx, operands[0], key...); err != nil {
 			return storeError("unset", err)
 		}
@@ -54,11 +68,15 @@ func runGet(a *app, args []string) error {
 	})
 }
 
-// changeStored parses set's and unset's command line (want operands, and
-// --key), runs change and shows what is stored after it.
-func (a *app) changeStored(args []string, want int, what string, change func(context.Context, *throttle.PolicyStore, []string, []string) error) error {
+// changeStored parses set's and unset's command line (want operands,
+// --key and the flags more adds, when not nil), runs change and shows what
+// is stored after it.
+func (a *app) changeStored(args []string, want int, what string, more func(*flag.FlagSet), change func(context.Context, *throttle.PolicyStore, []string, []string) error) error {
 	fs := a.commandFlags()
 	key := fs.String("key", "", "the caller `key` whose policy to change, rather than the limiter's")
+	if more != nil {
+		more(fs)
+	}
 	operands, err := a.parseCommand(fs, args)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +19,7 @@ import (
 const Count = 1000
 
 // Prefix returns every key that starts with prefix, each call bounded by
-// perCall.
+// perCall whatever the client's options (see package bounded).
 func Prefix(ctx context.Context, client redis.UniversalClient, prefix string, perCall time.Duration) ([]string, error) {
 	return Match(ctx, client, GlobEscape(prefix)+"*", prefix, perCall)
 }
@@ -34,8 +35,14 @@ func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix st
 	scan := func(ctx context.Context, node *redis.Client) error {
 		var cursor uint64
 		for {
+			var page []string
+			var next uint64
 			callCtx, cancel := context.WithTimeout(ctx, perCall)
-			page, next, err := node.Scan(callCtx, cursor, pattern, Count).Result()
+			err := bounded.Call(callCtx, func(ctx context.Context) error {
+				var err error
+				page, next, err = node.Scan(ctx, cursor, pattern, Count).Result()
+				return err
+			})
 			cancel()
 			if err != nil {
 				return fmt.Errorf("scanning %s: %w", node.Options().Addr, err)
@@ -56,8 +63,10 @@ func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix st
 	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
-		// ForEachMaster runs scan on the masters concurrently.
-		if err := c.ForEachMaster(ctx, scan); err != nil {
+		// ForEachMaster runs scan on the masters concurrently, once it
+		// knows them (which asks the cluster, bounded by ctx alone).
+		err := bounded.Call(ctx, func(ctx context.Context) error { return c.ForEachMaster(ctx, scan) })
+		if err != nil {
 			return nil, err
 		}
 	case *redis.Client:

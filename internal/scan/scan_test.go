@@ -2,12 +2,14 @@ package scan_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/internal/scan"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestGlobEscape(t *testing.T) {
@@ -51,5 +53,33 @@ func TestPrefixFindsEveryKeyOnce(t *testing.T) {
 	odd, err := scan.Match(ctx, tgt.Client, scan.GlobEscape(tgt.Prefix+"odd*[x]?\\"), tgt.Prefix, 5*time.Second)
 	if err != nil || len(odd) != 1 {
 		t.Fatalf("Match of the escaped key = %q, %v; want it alone", odd, err)
+	}
+}
+
+// TestPrefixReturnsWithinItsBound: with a Redis that accepts connections
+// but never answers, and a client on go-redis's defaults (3 s reads,
+// retried), each SCAN call returns when perCall ends; a Cluster client
+// whose nodes hang returns when ctx ends.
+func TestPrefixReturnsWithinItsBound(t *testing.T) {
+	redistest.QuietRedisLog()
+	tg := redistest.Embedded(t)
+	proxy := redistest.NewProxy(t, tg.Mini.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { client.Close() })
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{proxy.Addr()}})
+	t.Cleanup(func() { cluster.Close() })
+	proxy.Pause()
+	const bound, allowance = 200 * time.Millisecond, 150 * time.Millisecond
+	start := time.Now()
+	_, err := scan.Prefix(context.Background(), client, "throttle:", bound)
+	if took := time.Since(start); err == nil || took > bound+allowance {
+		t.Errorf("Prefix on a hung Redis: %v after %s; want an error within %s", err, took.Round(time.Millisecond), bound)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	start = time.Now()
+	_, err = scan.Prefix(ctx, cluster, "throttle:", time.Hour)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > bound+allowance {
+		t.Errorf("Prefix on a hung Cluster: %v after %s; want DeadlineExceeded within %s", err, took.Round(time.Millisecond), bound)
 	}
 }
