@@ -62,7 +62,8 @@ func TestSetGetUnset(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"set", "partner-api", "fw:10/1s"}, "FixedWindow"},
+		{[]string{"set", "partner-api", "fw:10/1s"}, "--replace"},
+		{[]string{"set", "--replace", "--key", "vip", "partner-api", "fw:10/1s"}, "not of one --key"},
 		{[]string{"set", "partner-api", "gcra:0/1s:1"}, "invalid policy"},
 		{[]string{"set", "partner-api"}, "want NAME POLICY"},
 		{[]string{"set", "a{b}", "gcra:1/1s:1"}, "must not contain"},
@@ -83,6 +84,16 @@ func TestSetGetUnset(t *testing.T) {
 	c.okJSON(&peeked, "peek", "--name", "partner-api", "--policy", "gcra:10/1h:10", "tenant-1")
 	if peeked.Policy != "gcra:10/1h:10" || peeked.Limit != 10 {
 		t.Errorf("peek --name --policy = %+v", peeked)
+	}
+
+	// The fleet moves the name to FixedWindow: set --replace.
+	c.ok("set", "partner-api", "gcra:20/1h:20")
+	c.ok("set", "--key", "vip", "partner-api", "gcra:50/1h:50")
+	c.ok("set", "--replace", "partner-api", "fw:10/1s")
+	var replaced jsonStored
+	c.okJSON(&replaced, "get", "partner-api")
+	if replaced.Algorithm != "fw" || replaced.Policy != "fw:10/1s" || len(replaced.Keys) != 0 {
+		t.Errorf("after set --replace, get --json = %+v", replaced)
 	}
 }
 
