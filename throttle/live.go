@@ -101,8 +101,8 @@ func (lv *live) refresh(ctx context.Context, c *conn, old *liveSet) *liveSet {
 		}
 		if fields[storedKind] == "" {
 			// Say which algorithm reads this name, so that a policy of
-			// another one is refused when it is set: at the first read,
-			// and again after an Unset left nothing stored.
+			// another one is refused when it is set: at the first read
+			// (and again should the hash have been deleted).
 			c.client.HSetNX(ctx, lv.key, storedKind, lv.kind)
 		}
 		return nil

@@ -116,7 +116,8 @@ func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey 
 // Replace makes p the policy of the limiters named name, for every caller
 // key, and p's algorithm the name's, even when the name was of another:
 // what to do when the fleet moves a named limiter to another algorithm, or
-// after a first Set of the wrong one. Every policy stored for the name is
+// after a first Set of the wrong one (the first Set, or the first limiter
+// of the name to run, records the algorithm). Every policy stored for the name is
 // removed first, those of single caller keys too. Limiters of p's
 // algorithm apply p within a second; limiters of the old algorithm that
 // still run keep the policy they had in force (their stored one, else
@@ -156,9 +157,8 @@ func (s *PolicyStore) Replace(ctx context.Context, name string, p Policy) error 
 
 // Unset removes the policy stored for the limiters named name (or for
 // callerKey alone): the policy in code applies again, within a second.
-// Removing what is not stored is not an error. When no policy is left
-// stored for the name, its algorithm is forgotten too, until a limiter of
-// the name that runs (within a second) or the next Set records one again.
+// Removing what is not stored is not an error. The name's algorithm stays
+// recorded (see Replace to change it).
 func (s *PolicyStore) Unset(ctx context.Context, name string, callerKey ...string) error {
 	field, err := storedField(name, callerKey)
 	if err != nil {
@@ -166,27 +166,11 @@ func (s *PolicyStore) Unset(ctx context.Context, name string, callerKey ...strin
 	}
 	key := storedPolicyKey(s.prefix, name)
 	return s.call(ctx, func(ctx context.Context) error {
-		return s.client.Watch(ctx, func(tx *redis.Tx) error {
-			fields, err := tx.HKeys(ctx, key).Result()
-			if err != nil {
-				return err
-			}
-			left := 0
-			for _, f := range fields {
-				if _, ok := storedCaller(f); ok && f != field {
-					left++
-				}
-			}
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				pipe.HDel(ctx, key, field)
-				if left == 0 {
-					pipe.HDel(ctx, key, storedKind)
-				}
-				pipe.HIncrBy(ctx, key, storedVersion, 1)
-				return nil
-			})
-			return err
-		}, key)
+		pipe := s.client.TxPipeline()
+		pipe.HDel(ctx, key, field)
+		pipe.HIncrBy(ctx, key, storedVersion, 1)
+		_, err := pipe.Exec(ctx)
+		return err
 	})
 }
 

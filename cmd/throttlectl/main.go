@@ -57,8 +57,7 @@
 // --replace moves the name to another algorithm: it removes every policy
 // stored for the name and stores the new one, which limiters of its
 // algorithm apply, while those of the old one still running keep the
-// policy they have. When unset leaves nothing stored, the name's algorithm
-// is forgotten, and the limiters that run record theirs again. peek and
+// policy they have. peek and
 // reset take such a limiter's keys with --name (the policy stored for it
 // applies; --policy gives the one in code when none is), or as full Redis
 // keys; top peeks them with their stored policy, or the one --config
