@@ -11,7 +11,6 @@ import (
 	"github.com/jobthrottle/jobthrottle/dashboard"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/redis/go-redis/v9"
 )
 
 // answerAllowance is how long after its timeout a request to the dashboard
@@ -26,11 +25,7 @@ const answerAllowance = 250 * time.Millisecond
 // page's data and every action is answered 502 within WithTimeout, and a
 // Publisher's Close returns when its context ends.
 func TestDashboardAnswersWithinItsTimeout(t *testing.T) {
-	redistest.QuietRedisLog()
-	tg := redistest.Embedded(t)
-	proxy := redistest.NewProxy(t, tg.Mini.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { client.Close() })
+	tg, proxy, client := redistest.Hangable(t)
 	ctx := context.Background()
 
 	pub, err := dashboard.NewPublisher(client, dashboard.WithPublishPrefix(tg.Prefix))

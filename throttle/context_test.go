@@ -20,11 +20,7 @@ const promptness = 50 * time.Millisecond
 // then holds every byte: a server that hangs without closing connections.
 func hungRedis(t *testing.T) (client *redis.Client, hang func()) {
 	t.Helper()
-	redistest.QuietRedisLog()
-	tg := redistest.Embedded(t)
-	proxy := redistest.NewProxy(t, tg.Mini.Addr())
-	client = redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { client.Close() })
+	_, proxy, client := redistest.Hangable(t)
 	return client, proxy.Pause
 }
 

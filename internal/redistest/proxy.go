@@ -4,6 +4,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Proxy forwards TCP connections to a Redis and can hold everything it
@@ -114,4 +116,18 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// Hangable returns an embedded Redis, a Proxy in front of it, and a client
+// with go-redis's default options (3 s reads, retried: 5 s and more before
+// it gives up on a hung server) that talks to it through the proxy, closed
+// when the test ends: Pause the proxy to make Redis hang.
+func Hangable(tb testing.TB) (*Target, *Proxy, *redis.Client) {
+	tb.Helper()
+	QuietRedisLog()
+	tg := Embedded(tb)
+	proxy := NewProxy(tb, tg.Mini.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	tb.Cleanup(func() { client.Close() })
+	return tg, proxy, client
 }

@@ -61,11 +61,7 @@ func TestPrefixFindsEveryKeyOnce(t *testing.T) {
 // retried), each SCAN call returns when perCall ends; a Cluster client
 // whose nodes hang returns when ctx ends.
 func TestPrefixReturnsWithinItsBound(t *testing.T) {
-	redistest.QuietRedisLog()
-	tg := redistest.Embedded(t)
-	proxy := redistest.NewProxy(t, tg.Mini.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { client.Close() })
+	_, proxy, client := redistest.Hangable(t)
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{proxy.Addr()}})
 	t.Cleanup(func() { cluster.Close() })
 	proxy.Pause()
