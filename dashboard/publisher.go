@@ -202,7 +202,11 @@ func (p *Publisher) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	return p.flush(ctx)
+	// Close returns when ctx ends whatever the client's options; the last
+	// flush then goes on in the background until the client gives up. It
+	// is not cut short: a pipeline abandoned after Redis applied it would
+	// be counted again.
+	return bounded.Call(ctx, func(context.Context) error { return p.flush(ctx) })
 }
 
 func (p *Publisher) run() {
@@ -264,19 +268,7 @@ func (p *Publisher) flush(ctx context.Context) error {
 	now, err := p.measure(ctx)
 	if err == nil {
 		fleet.Trim(batch, now.Add(-fleet.Window).Unix())
-		// Bounded whatever the client's options, so that Close returns when
-		// its ctx ends; a flush abandoned then may still be applied, and
-		// its counts are kept for the next (written twice: the price of an
-		// answer on time).
-		var sent int
-		err = bounded.Call(ctx, func(ctx context.Context) error {
-			var err error
-			sent, err = fleet.Flush(ctx, p.client, p.cfg.prefix, &fleet.Batch{Process: p.cfg.process, Limiters: batch}, now)
-			return err
-		})
-		if err == nil {
-			p.sent = sent
-		}
+		p.sent, err = fleet.Flush(ctx, p.client, p.cfg.prefix, &fleet.Batch{Process: p.cfg.process, Limiters: batch}, now)
 	}
 	if dropped > 0 {
 		p.cfg.logger.Warn("dashboard: too many limiters: decisions of further limiters were not counted",

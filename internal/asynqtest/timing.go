@@ -24,6 +24,8 @@ import (
 // runs of the whole suite the latest start came 62 ms after its admission
 // (500 paced tasks at 100/s on 60 workers), the others at most 21 ms; the
 // medians 2 to 11 ms. StartJitter is about two and a half times the most.
+// In CI, where two test passes run at once (.ci/run's lanes), the latest
+// starts of four runs came 37 to 63 ms after their admissions.
 const StartJitter = 150 * time.Millisecond
 
 // ArrivalJitter is how much later than its slot an outbound request may
@@ -31,9 +33,11 @@ const StartJitter = 150 * time.Millisecond
 // connection pool and a loopback socket lie between. Measured as
 // StartJitter is, from the figures of httpthrottle's
 // TestTwoClientsShareTheLimit and the root TestEndToEnd: the latest arrival
-// came 38 ms after its slot, the medians 4 to 7 ms. ArrivalJitter is about
-// two and a half times the most.
-const ArrivalJitter = 100 * time.Millisecond
+// came 38 ms after its slot, the medians 4 to 7 ms. In CI, where two test
+// passes run at once (.ci/run's lanes), the latest arrivals of four runs
+// came 26, 39, 53 and 114 ms after their slots. ArrivalJitter is about two
+// and a half times that 114 ms, rounded.
+const ArrivalJitter = 250 * time.Millisecond
 
 // CheckArrivals checks the arrivals of requests sent at booked slots (on
 // the Redis clock) against a limit of most in any window w, as CheckHeld
