@@ -142,8 +142,9 @@ func (d *demo) checkArrivals(s *summary) {
 
 // checkFairness checks, for rate rules, on the Redis clock: that while
 // every tenant had calls left (from the last tenant's first admission to
-// the first tenant's last), each got its fair share of the overall limit,
-// min(tenant rate, overall rate / tenants), within fairWithin, and that no
+// the first tenant's last), each got its fair share of what was admitted
+// meanwhile, min(tenant rate, admitted rate / tenants), within fairWithin,
+// and that no
 // tenant's first call waited behind another's backlog: at most
 // newcomerAhead of the calls enqueued before it ran before it. d.mu is
 // held.
@@ -191,10 +192,14 @@ func (d *demo) checkFairness(s *summary) {
 		s.note("fair shares: not checked (every tenant had calls left for only %s; give more --tasks)", span.Round(time.Millisecond))
 		return
 	}
+	// The fair share is of what the fleet admitted meanwhile: on a machine
+	// too busy to keep the fleet at the overall limit, every tenant still
+	// gets an equal part of what it does admit (measured under CI's load:
+	// 3.2-3.3/s each of 9.7/s in all, where a share of the limit, 6.7/s,
+	// would have failed a fair fleet).
 	n := len(tenantNames())
-	fair := min(float64(d.opts.tenantRate), float64(d.opts.overallRate)/float64(n))
+	rates := map[string]float64{}
 	total := 0.0
-	s.note("Rate while every tenant had calls left (%s), and its fair share:", span.Round(time.Millisecond))
 	for _, t := range tenantNames() {
 		got := 0
 		for _, at := range d.admissionsLocked(t) {
@@ -202,12 +207,17 @@ func (d *demo) checkFairness(s *summary) {
 				got++
 			}
 		}
-		rate := float64(got) / span.Seconds()
-		total += rate
+		rates[t] = float64(got) / span.Seconds()
+		total += rates[t]
+	}
+	fair := min(float64(d.opts.tenantRate), total/float64(n))
+	s.note("Rate while every tenant had calls left (%s), and its fair share of the %.1f calls/s admitted meanwhile (the limit: %d/s):",
+		span.Round(time.Millisecond), total, d.opts.overallRate)
+	for _, t := range tenantNames() {
+		rate := rates[t]
 		s.check(rate >= fair*(1-fairWithin) && rate <= fair*(1+fairWithin), "%-15s %4.1f calls/s; its fair share %.1f/s ± %.0f%%",
 			"tenant "+t, rate, fair, fairWithin*100)
 	}
-	s.note("%-15s %4.1f calls/s meanwhile, of %d/s", "overall", total, d.opts.overallRate)
 }
 
 // write prints the summary, each line wrapped to summaryWidth; with color,
