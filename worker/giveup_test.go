@@ -50,11 +50,16 @@ func waitState(t *testing.T, f *asynqtest.Fleet, id string, want asynq.TaskState
 	}
 }
 
+// farWindow is a window that does not turn while a test runs: windows are
+// aligned to the Unix epoch, and an hour's turned at the whole hour (a run
+// at 06:59:47 saw its throttled task due back in 12 s, not an hour).
+const farWindow = 10 * 365 * 24 * time.Hour
+
 // TestThrottlingUsesNoRetries: a task throttled again and again keeps its
 // whole retry budget and is not counted as failed.
 func TestThrottlingUsesNoRetries(t *testing.T) {
 	tg := redistest.New(t)
-	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter)})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
@@ -67,7 +72,7 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 			t.Fatalf("after a throttle: state %v, retried %d of %d, last error %q", info.State, info.Retried, info.MaxRetry, info.LastErr)
 		}
 		if wait := time.Until(info.NextProcessAt); wait < 30*time.Second {
-			t.Fatalf("rescheduled to return in %s; the hourly window is far off", wait)
+			t.Fatalf("rescheduled to return in %s; the window's turn is years off", wait)
 		}
 	}
 	q, err := f.Inspector.GetQueueInfo(f.Queue)
@@ -88,7 +93,7 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 // archives it, with a *GaveUpError message, on the third throttle.
 func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	tg := redistest.New(t)
-	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
 	var seen asynqtest.Events
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2})),
