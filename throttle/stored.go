@@ -97,19 +97,24 @@ func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey 
 	}
 	key := storedPolicyKey(s.prefix, name)
 	return s.call(ctx, func(ctx context.Context) error {
-		kind, err := s.client.HGet(ctx, key, storedKind).Result()
-		if err != nil && err != redis.Nil {
+		// WATCHed: a Replace between the check and the write is not
+		// overwritten by a policy of the old algorithm
+		return s.client.Watch(ctx, func(tx *redis.Tx) error {
+			kind, err := tx.HGet(ctx, key, storedKind).Result()
+			if err != nil && err != redis.Nil {
+				return err
+			}
+			if err := ofKind(sp, kind); err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.HSet(ctx, key, field, sp.id)
+				pipe.HSetNX(ctx, key, storedKind, sp.kind)
+				pipe.HIncrBy(ctx, key, storedVersion, 1)
+				return nil
+			})
 			return err
-		}
-		if err := ofKind(sp, kind); err != nil {
-			return err
-		}
-		pipe := s.client.TxPipeline()
-		pipe.HSet(ctx, key, field, sp.id)
-		pipe.HSetNX(ctx, key, storedKind, sp.kind)
-		pipe.HIncrBy(ctx, key, storedVersion, 1)
-		_, err = pipe.Exec(ctx)
-		return err
+		}, key)
 	})
 }
 
@@ -117,12 +122,12 @@ func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey 
 // key, and p's algorithm the name's, even when the name was of another:
 // what to do when the fleet moves a named limiter to another algorithm, or
 // after a first Set of the wrong one (the first Set, or the first limiter
-// of the name to run, records the algorithm). Every policy stored for the name is
-// removed first, those of single caller keys too. Limiters of p's
+// of the name to run, records the algorithm). Every policy stored for the
+// name is removed first, those of single caller keys too. Limiters of p's
 // algorithm apply p within a second; limiters of the old algorithm that
-// still run keep the policy they had in force (their stored one, else
-// theirs in code) and log once that the stored policy is of another
-// algorithm. Their state is not touched: a named limiter's state is kept
+// still run keep the policy they had in force for every key (the stored
+// one, else theirs in code) and log once that the stored policy is of
+// another algorithm. No state is touched: a named limiter's state is kept
 // per algorithm, so limiters of p's algorithm start afresh. Errors as for
 // Set.
 func (s *PolicyStore) Replace(ctx context.Context, name string, p Policy) error {
