@@ -95,26 +95,24 @@ func (s *PolicyStore) Set(ctx context.Context, name string, p Policy, callerKey 
 	if err != nil {
 		return err
 	}
+	// WATCHed: a Replace between the check and the write is not
+	// overwritten by a policy of the old algorithm
 	key := storedPolicyKey(s.prefix, name)
-	return s.call(ctx, func(ctx context.Context) error {
-		// WATCHed: a Replace between the check and the write is not
-		// overwritten by a policy of the old algorithm
-		return s.client.Watch(ctx, func(tx *redis.Tx) error {
-			kind, err := tx.HGet(ctx, key, storedKind).Result()
-			if err != nil && err != redis.Nil {
-				return err
-			}
-			if err := ofKind(sp, kind); err != nil {
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				pipe.HSet(ctx, key, field, sp.id)
-				pipe.HSetNX(ctx, key, storedKind, sp.kind)
-				pipe.HIncrBy(ctx, key, storedVersion, 1)
-				return nil
-			})
+	return s.watched(ctx, key, func(ctx context.Context, tx *redis.Tx) error {
+		kind, err := tx.HGet(ctx, key, storedKind).Result()
+		if err != nil && err != redis.Nil {
 			return err
-		}, key)
+		}
+		if err := ofKind(sp, kind); err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.HSet(ctx, key, field, sp.id)
+			pipe.HSetNX(ctx, key, storedKind, sp.kind)
+			pipe.HIncrBy(ctx, key, storedVersion, 1)
+			return nil
+		})
+		return err
 	})
 }
 
@@ -139,24 +137,22 @@ func (s *PolicyStore) Replace(ctx context.Context, name string, p Policy) error 
 		return err
 	}
 	key := storedPolicyKey(s.prefix, name)
-	return s.call(ctx, func(ctx context.Context) error {
-		return s.client.Watch(ctx, func(tx *redis.Tx) error {
-			fields, err := tx.HKeys(ctx, key).Result()
-			if err != nil {
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				for _, field := range fields {
-					if _, ok := storedCaller(field); ok && field != storedAll {
-						pipe.HDel(ctx, key, field)
-					}
-				}
-				pipe.HSet(ctx, key, storedAll, sp.id, storedKind, sp.kind)
-				pipe.HIncrBy(ctx, key, storedVersion, 1)
-				return nil
-			})
+	return s.watched(ctx, key, func(ctx context.Context, tx *redis.Tx) error {
+		fields, err := tx.HKeys(ctx, key).Result()
+		if err != nil {
 			return err
-		}, key)
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, field := range fields {
+				if _, ok := storedCaller(field); ok && field != storedAll {
+					pipe.HDel(ctx, key, field)
+				}
+			}
+			pipe.HSet(ctx, key, storedAll, sp.id, storedKind, sp.kind)
+			pipe.HIncrBy(ctx, key, storedVersion, 1)
+			return nil
+		})
+		return err
 	})
 }
 
@@ -214,6 +210,14 @@ func (s *PolicyStore) call(ctx context.Context, fn func(context.Context) error) 
 		return err
 	}
 	return redisFailure(ctx, err)
+}
+
+// watched runs fn with key WATCHed, through call: a transaction fn ends
+// with fails when key changed meanwhile, and fn runs again.
+func (s *PolicyStore) watched(ctx context.Context, key string, fn func(context.Context, *redis.Tx) error) error {
+	return s.call(ctx, func(ctx context.Context) error {
+		return s.client.Watch(ctx, func(tx *redis.Tx) error { return fn(ctx, tx) }, key)
+	})
 }
 
 // storable checks a policy to be stored and returns its spec.
