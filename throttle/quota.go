@@ -117,8 +117,7 @@ func (p Quota) bounds(at time.Time) []any {
 func firstInstant(year int, month time.Month, day int, loc *time.Location) time.Time {
 	at := time.Date(year, month, day, 0, 0, 0, 0, loc)
 	date := time.Date(year, month, day, 0, 0, 0, 0, time.UTC) // normalised
-	local := at.In(loc)
-	if localDate(local).Before(date) {
+	if localDate(at).Before(date) { // (at is on loc's clock)
 		// midnight was skipped: the day starts where the zone in force at
 		// at ends
 		if _, end := at.ZoneBounds(); !end.IsZero() {
@@ -133,7 +132,7 @@ func firstInstant(year int, month time.Month, day int, loc *time.Location) time.
 	}
 	_, offset := begin.Add(-time.Nanosecond).Zone()
 	earlier := date.Add(-time.Duration(offset) * time.Second)
-	if earlier.Before(begin) && earlier.Before(at) && localDate(earlier.In(loc)).Equal(date) {
+	if earlier.Before(begin) && localDate(earlier.In(loc)).Equal(date) {
 		return earlier
 	}
 	return at

@@ -195,7 +195,7 @@ local function carried_fits(room)
     if prev_old > 0 then
       x = ow - floor_div((room - cur_old) * ow, prev_old)
     end
-    if ostart + x < ostart + ow then
+    if x < ow then
       return math.max(now, ostart + math.max(0, x))
     end
   end
