@@ -116,8 +116,9 @@ func (p Quota) bounds(at time.Time) []any {
 // midnight comes twice (clocks set back to 00:00), it is the first.
 func firstInstant(year int, month time.Month, day int, loc *time.Location) time.Time {
 	at := time.Date(year, month, day, 0, 0, 0, 0, loc)
-	date := time.Date(year, month, day, 0, 0, 0, 0, time.UTC) // normalised
-	if localDate(at).Before(date) { // (at is on loc's clock)
+	// date is normalised; at is on loc's clock
+	date := time.Date(year, month, day, 0, 0, 0, 0, time.UTC)
+	if localDate(at).Before(date) {
 		// midnight was skipped: the day starts where the zone in force at
 		// at ends
 		if _, end := at.ZoneBounds(); !end.IsZero() {
