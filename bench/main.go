@@ -9,6 +9,9 @@
 //
 //	cd bench && go run .                  # starts a redis-server on loopback
 //	cd bench && go run . -redis 127.0.0.1:6379
+//
+// "go run . fleet" runs the fleet benchmark instead: asynq worker processes
+// behind the worker middleware, and what they cost Redis (see fleetMain).
 package main
 
 import (
@@ -32,6 +35,16 @@ import (
 )
 
 func main() {
+	if os.Getenv(childScenario) != "" {
+		os.Exit(fleetChild())
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		if err := fleetMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	addr := flag.String("redis", "", "host:port of the Redis to measure; empty: start a redis-server on a free loopback port")
 	perCell := flag.Duration("cell", 3*time.Second, "measuring time of each contender at each concurrency and key set")
 	rounds := flag.Int("rounds", 3, "rounds each cell's time is split into, contenders rotated each round")

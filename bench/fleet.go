@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// fleetMain runs the fleet benchmark: for each scenario and each fleet size
+// N, N separate worker processes (asynq servers of Concurrency 10 behind
+// the scenario's rules) work through the scenario's tasks on one Redis,
+// and the benchmark prints what the fleet achieved and what it cost Redis,
+// beside the same fleet without the middleware (plain asynq) and at rest.
+//
+//	cd bench && go run . fleet                      # starts a redis-server on loopback
+//	cd bench && go run . fleet -n 1,4 -scale 0.25   # a quicker run
+//	cd bench && go run . fleet -redis 127.0.0.1:6379  # FLUSHALLs that Redis
+func fleetMain(args []string) error {
+	fs := flag.NewFlagSet("fleet", flag.ExitOnError)
+	addr := fs.String("redis", "", "host:port of a Redis the benchmark may empty (FLUSHALL); empty: start a redis-server on a free loopback port")
+	sizes := fs.String("n", "1,4,12,24", "fleet sizes: worker processes, comma-separated")
+	only := fs.String("scenarios", "", "scenarios to run, comma-separated; empty: all")
+	scale := fs.Float64("scale", 1, "fraction of each scenario's tasks to run (0.25 for a quick look)")
+	idleFor := fs.Duration("idle", 3*time.Second, "how long each fleet is watched at rest before its tasks are enqueued")
+	_ = fs.Parse(args)
+	var ns []int
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 64 {
+			return fmt.Errorf("fleet: bad size %q in -n", s)
+		}
+		ns = append(ns, n)
+	}
+	chosen := scenarios
+	if *only != "" {
+		chosen = nil
+		for _, name := range strings.Split(*only, ",") {
+			sc, ok := scenarioNamed(strings.TrimSpace(name))
+			if !ok {
+				return fmt.Errorf("fleet: no scenario %q", name)
+			}
+			chosen = append(chosen, sc)
+		}
+	}
+	if *addr == "" {
+		started, stop, err := startRedis()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		*addr = started
+	}
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: *addr})
+	defer admin.Close()
+	version, err := serverVersion(ctx, admin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet benchmark: redis %s at %s, %d cores; worker processes of asynq Concurrency 10\n", version, *addr, numCPU())
+	fmt.Printf("command: go run . fleet %s\n\n", strings.Join(args, " "))
+	var idles []idleRow
+	for _, sc := range chosen {
+		sc.tasks = max(sc.tenants, int(float64(sc.tasks)**scale))
+		fmt.Printf("%s: %s; %d tasks over %d tenants, handlers of %s\n", sc.name, sc.about, sc.tasks, sc.tenants, sc.work)
+		var rows []fleetRow
+		for _, n := range ns {
+			for _, plain := range []bool{false, true} {
+				res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor)
+				if err != nil {
+					return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
+				}
+				rows = append(rows, res.row(sc, n, plain))
+				idles = append(idles, res.atRest(n, plain, sc.name))
+			}
+		}
+		printFleetRows(os.Stdout, sc, rows)
+		fmt.Println()
+	}
+	printIdleRows(os.Stdout, idles)
+	return nil
+}
+
+// fleetEvent is a line a worker process printed.
+type fleetEvent struct {
+	kind   string // READY, S (a start), D (an end), R (round trips)
+	at     int64  // S: when, Unix ns
+	tenant string // S
+	n      int64  // R
+}
+
+// fleetStart is one handler start.
+type fleetStart struct {
+	at     time.Time
+	tenant string
+}
+
+// fleetResult is what one run of a fleet measured.
+type fleetResult struct {
+	tasks      int
+	starts     []fleetStart
+	trips      int64
+	base       rates // Redis with no worker process
+	idle       rates // the fleet at rest
+	run        rates // the fleet at work
+	runElapsed time.Duration
+}
+
+// runFleet starts n worker processes of sc (plain: without the
+// middleware), watches them at rest, enqueues sc's tasks into a paused
+// queue, lets them go and waits until every task has run.
+func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration) (fleetResult, error) {
+	var res fleetResult
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		return res, err
+	}
+	inspector := asynq.NewInspectorFromRedisClient(admin)
+	if err := inspector.PauseQueue(fleetQueue); err != nil {
+		return res, err
+	}
+	base, err := watch(ctx, admin, idleFor/2)
+	if err != nil {
+		return res, err
+	}
+	res.base = base
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	events := make(chan fleetEvent, 4096)
+	var stdins []interface{ Close() error }
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, in := range stdins {
+			_ = in.Close()
+		}
+		for _, c := range cmds {
+			done := make(chan struct{})
+			go func() { _ = c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = c.Process.Kill()
+				<-done
+			}
+		}
+	}()
+	for range n {
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), childScenario+"="+sc.name, childAddr+"="+addr)
+		if plain {
+			c.Env = append(c.Env, childPlain+"=1")
+		}
+		c.Stderr = os.Stderr
+		in, err := c.StdinPipe()
+		if err != nil {
+			return res, err
+		}
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return res, err
+		}
+		if err := c.Start(); err != nil {
+			return res, err
+		}
+		stdins, cmds = append(stdins, in), append(cmds, c)
+		go readEvents(out, events)
+	}
+	ask := func() (int64, error) {
+		for _, in := range stdins {
+			if _, err := fmt.Fprintln(in.(interface{ Write([]byte) (int, error) }), "count"); err != nil {
+				return 0, err
+			}
+		}
+		var sum int64
+		for got := 0; got < n; {
+			e, err := next(events, 30*time.Second)
+			if err != nil {
+				return 0, err
+			}
+			if e.kind == "R" {
+				sum += e.n
+				got++
+			}
+		}
+		return sum, nil
+	}
+	for ready := 0; ready < n; {
+		e, err := next(events, 60*time.Second)
+		if err != nil {
+			return res, fmt.Errorf("waiting for the workers to start: %w", err)
+		}
+		if e.kind == "READY" {
+			ready++
+		}
+	}
+	time.Sleep(time.Second) // first polls, heartbeats
+	if res.idle, err = watch(ctx, admin, idleFor); err != nil {
+		return res, err
+	}
+	client := asynq.NewClientFromRedisClient(admin)
+	for i := range sc.tasks {
+		payload := fmt.Sprintf(`{"tenant":"t%d"}`, i%sc.tenants)
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask("fleet:task", []byte(payload)), asynq.Queue(fleetQueue)); err != nil {
+			return res, err
+		}
+	}
+	before, err := ask()
+	if err != nil {
+		return res, err
+	}
+	from, err := snap(ctx, admin)
+	if err != nil {
+		return res, err
+	}
+	if err := inspector.UnpauseQueue(fleetQueue); err != nil {
+		return res, err
+	}
+	limit := 60*time.Second + time.Duration(float64(sc.tasks)/max(sc.ideal, 1)*3*float64(time.Second))
+	for done := 0; done < sc.tasks; {
+		e, err := next(events, limit)
+		if err != nil {
+			return res, fmt.Errorf("%d of %d tasks done: %w", done, sc.tasks, err)
+		}
+		switch e.kind {
+		case "S":
+			res.starts = append(res.starts, fleetStart{time.Unix(0, e.at), e.tenant})
+		case "D":
+			done++
+		}
+	}
+	to, err := snap(ctx, admin)
+	if err != nil {
+		return res, err
+	}
+	after, err := ask()
+	if err != nil {
+		return res, err
+	}
+	res.tasks, res.trips = sc.tasks, after-before
+	res.run, res.runElapsed = to.since(from), to.at.Sub(from.at)
+	return res, nil
+}
+
+// readEvents sends the lines a worker process prints as events.
+func readEvents(out interface{ Read([]byte) (int, error) }, events chan<- fleetEvent) {
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		f := strings.Fields(lines.Text())
+		if len(f) == 0 {
+			continue
+		}
+		e := fleetEvent{kind: f[0]}
+		switch {
+		case e.kind == "S" && len(f) == 3:
+			e.at, _ = strconv.ParseInt(f[1], 10, 64)
+			e.tenant = f[2]
+		case e.kind == "R" && len(f) == 2:
+			e.n, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+		events <- e
+	}
+}
+
+// next returns the next event, or an error after d without one.
+func next(events <-chan fleetEvent, d time.Duration) (fleetEvent, error) {
+	select {
+	case e := <-events:
+		return e, nil
+	case <-time.After(d):
+		return fleetEvent{}, errors.New("no word from the workers for " + d.String())
+	}
+}

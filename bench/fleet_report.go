@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serverSnap is what Redis has done so far: commands processed (each
+// command inside a script counts, as Redis counts them) and CPU seconds.
+type serverSnap struct {
+	at   time.Time
+	cmds int64
+	cpu  float64
+}
+
+// rates is what Redis did over a span: commands and CPU seconds, and the
+// span.
+type rates struct {
+	cmds    int64
+	cpu     float64
+	elapsed time.Duration
+}
+
+func (r rates) cmdsPerSec() float64 { return float64(r.cmds) / r.elapsed.Seconds() }
+func (r rates) cpuPerSec() float64  { return r.cpu / r.elapsed.Seconds() }
+
+func (s serverSnap) since(from serverSnap) rates {
+	return rates{cmds: s.cmds - from.cmds, cpu: s.cpu - from.cpu, elapsed: s.at.Sub(from.at)}
+}
+
+// snap reads Redis's counters from INFO.
+func snap(ctx context.Context, rdb *redis.Client) (serverSnap, error) {
+	info, err := rdb.Info(ctx, "stats", "cpu").Result()
+	if err != nil {
+		return serverSnap{}, err
+	}
+	s := serverSnap{at: time.Now()}
+	for _, line := range strings.Split(info, "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "total_commands_processed":
+			s.cmds, _ = strconv.ParseInt(value, 10, 64)
+		case "used_cpu_sys", "used_cpu_user":
+			v, _ := strconv.ParseFloat(value, 64)
+			s.cpu += v
+		}
+	}
+	return s, nil
+}
+
+// watch returns what Redis did over d.
+func watch(ctx context.Context, rdb *redis.Client, d time.Duration) (rates, error) {
+	from, err := snap(ctx, rdb)
+	if err != nil {
+		return rates{}, err
+	}
+	time.Sleep(d)
+	to, err := snap(ctx, rdb)
+	if err != nil {
+		return rates{}, err
+	}
+	return to.since(from), nil
+}
+
+// fleetRow is one line of a scenario's table.
+type fleetRow struct {
+	n                    int
+	plain                bool
+	tasks                int
+	perKeyRate, overall  float64 // tasks/s
+	mostPerKey, mostAll  int     // starts in any 1 s
+	trips                float64 // library round trips per task
+	cmdsPerTask, cpuTask float64 // idle rate taken out; CPU in µs
+}
+
+func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
+	row := fleetRow{n: n, plain: plain, tasks: r.tasks, trips: float64(r.trips) / float64(r.tasks)}
+	all := make([]time.Time, len(r.starts))
+	byKey := map[string][]time.Time{}
+	for i, s := range r.starts {
+		all[i] = s.at
+		byKey[s.tenant] = append(byKey[s.tenant], s.at)
+	}
+	row.overall, row.mostAll = achieved(all)
+	var sum float64
+	for _, starts := range byKey {
+		rate, most := achieved(starts)
+		sum += rate
+		row.mostPerKey = max(row.mostPerKey, most)
+	}
+	row.perKeyRate = sum / float64(max(1, len(byKey)))
+	idleCmds := r.idle.cmdsPerSec() * r.runElapsed.Seconds()
+	idleCPU := r.idle.cpuPerSec() * r.runElapsed.Seconds()
+	row.cmdsPerTask = (float64(r.run.cmds) - idleCmds) / float64(r.tasks)
+	row.cpuTask = (r.run.cpu - idleCPU) / float64(r.tasks) * 1e6
+	return row
+}
+
+// achieved returns the rate of starts from the first to the last, and the
+// most starts in any 1 s.
+func achieved(starts []time.Time) (float64, int) {
+	if len(starts) < 2 {
+		return 0, len(starts)
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	span := starts[len(starts)-1].Sub(starts[0]).Seconds()
+	most := 0
+	for i, j := 0, 0; j < len(starts); j++ {
+		for starts[j].Sub(starts[i]) >= time.Second {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return float64(len(starts)-1) / span, most
+}
+
+// idleRow is what one fleet cost Redis at rest, per process.
+type idleRow struct {
+	scenario string
+	n        int
+	plain    bool
+	cmds     float64 // per second
+	cpu      float64 // µs per second
+}
+
+func (r fleetResult) atRest(n int, plain bool, scenario string) idleRow {
+	return idleRow{
+		scenario: scenario, n: n, plain: plain,
+		cmds: (r.idle.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
+		cpu:  (r.idle.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
+	}
+}
+
+func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	allowed := func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (≤%d)", n)
+	}
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tRedis cmds/task\tRedis CPU µs/task\t\n")
+	for _, r := range rows {
+		who, trips := "library", fmt.Sprintf("%.2f", r.trips)
+		if r.plain {
+			who, trips = "plain asynq", "—"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%.0f\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, r.cmdsPerTask, r.cpuTask)
+	}
+	_ = tw.Flush()
+}
+
+func printIdleRows(w io.Writer, rows []idleRow) {
+	fmt.Fprintln(w, "at rest, per worker process (Redis with no worker process taken out):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "scenario\tN\tfleet\tRedis cmds/s\tRedis CPU µs/s\t\n")
+	for _, r := range rows {
+		who := "library"
+		if r.plain {
+			who = "plain asynq"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t\n", r.scenario, r.n, who, r.cmds, r.cpu)
+	}
+	_ = tw.Flush()
+}
