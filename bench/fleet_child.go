@@ -42,6 +42,11 @@ func fleetChild() int {
 	libRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	trips := &counter{}
 	libRDB.AddHook(trips)
+	var detail *tally
+	if os.Getenv("JT_FLEET_DETAIL") == "1" {
+		detail = newTally()
+		libRDB.AddHook(detail)
+	}
 
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
@@ -86,6 +91,9 @@ func fleetChild() int {
 		}
 	}
 	srv.Shutdown()
+	if detail != nil {
+		detail.print()
+	}
 	if th != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -10,21 +10,37 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// counter counts the round trips a client makes: commands and pipelines.
+// counter counts the round trips a client makes: commands and pipelines,
+// but for those go-redis sends itself when it opens a connection (HELLO,
+// CLIENT SETINFO, AUTH, SELECT), which its callers do not ask for.
 type counter struct{ n atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if !connectionSetup(cmd) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		if len(cmds) == 0 || !connectionSetup(cmds[0]) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// connectionSetup reports a command go-redis sends when it opens a
+// connection.
+func connectionSetup(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
 }
 
 // flood is a flood of checks on one over-limit key.

@@ -30,6 +30,8 @@ const (
 	flowsSuffix   = ":flows"
 	heldSuffix    = ":held"
 	asideSuffix   = keyspace.AsideSuffix
+	// the dispatcher that lets the room's waiters out, by lease
+	dispatcherSuffix = ":dispatcher"
 )
 
 // roomLifetime is how long a room's keys outlive their last write.
@@ -51,6 +53,7 @@ func init() {
 	gate.EnterRoom = enterRoom
 	gate.Release = release
 	gate.LeaveRoom = leaveRoom
+	gate.Resign = resign
 	gate.PutBack = putBack
 	gate.BookAt = func(ctx context.Context, limiter any, key, id string, n int, at time.Time, slack, grace time.Duration) (gate.Booking, error) {
 		l, err := meterOf(limiter)
@@ -306,17 +309,18 @@ func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weigh
 	return int(size), nil
 }
 
-func release(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []gate.Hold) (gate.Released, error) {
+func release(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []gate.Hold, d gate.Dispatcher) (gate.Released, error) {
 	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return gate.Released{}, err
 	}
 	args := append([]any{"1"}, sp.meterArgs(n)...)
-	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()), itoa(sp.ticks(notice)))
+	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()), itoa(sp.ticks(notice)), d.ID, itoa(d.Lease.Microseconds()))
 	for _, h := range holds {
 		args = append(args, h.Flow, itoa(h.Until.UnixMicro()))
 	}
-	keys := append(l.roomKeys(key), l.Key(key)+startsSuffix)
+	state := l.Key(key)
+	keys := append(l.roomKeys(key), state+startsSuffix, state+dispatcherSuffix)
 	values, err := l.evalValues(ctx, roomScript, keys, args)
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
@@ -325,12 +329,12 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
 	}
-	if ok == 0 {
+	if ok != 1 {
 		due, err := asInt(values[1])
 		if err != nil {
 			return gate.Released{}, l.unavailable(ctx, err)
 		}
-		var r gate.Released
+		r := gate.Released{Elsewhere: ok == 2}
 		if due > 0 {
 			r.Due = time.UnixMicro(due)
 		}
@@ -389,6 +393,23 @@ func putBack(ctx context.Context, limiter any, key string, n int, r gate.Release
 	args = append(args, itoa(untilUs), itoa(roomLifetime.Microseconds()))
 	err = l.cleanup(ctx, func(ctx context.Context) error {
 		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
+		return err
+	})
+	if err != nil {
+		return l.unavailable(ctx, err)
+	}
+	return nil
+}
+
+func resign(ctx context.Context, limiter any, key string, d gate.Dispatcher) error {
+	l, err := meterOf(limiter)
+	if err != nil {
+		return err
+	}
+	state := l.Key(key)
+	keys := append(l.roomKeys(key), state+startsSuffix, state+dispatcherSuffix)
+	err = l.cleanup(ctx, func(ctx context.Context) error {
+		_, err := l.evalValues(ctx, roomScript, keys, []any{"4", d.ID})
 		return err
 	})
 	if err != nil {

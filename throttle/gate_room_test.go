@@ -28,7 +28,7 @@ func TestRoomReleaseGivesNotice(t *testing.T) {
 	const lead, notice = 200 * time.Millisecond, 150 * time.Millisecond
 	release := func(notice time.Duration) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil, workergate.Dispatcher{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestRoomHoldsAFlowItIsGiven(t *testing.T) {
 	const lead = 300 * time.Millisecond
 	release := func(holds ...workergate.Hold) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds)
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds, workergate.Dispatcher{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 		}
 	}
 	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(10 * time.Second)}
-	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold})
+	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{})
 	if err != nil || rel.OK {
 		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
 	}
@@ -156,7 +156,70 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	if err != nil || size != 4 {
 		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
 	}
-	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil); err != nil || !rel.OK || rel.Waiter != "b0" {
+	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}); err != nil || !rel.OK || rel.Waiter != "b0" {
 		t.Fatalf("the next release: %+v, %v; want b0, flow a being held", rel, err)
+	}
+}
+
+// TestOneDispatcherLetsARoomsWaitersOut: a release by a dispatcher takes
+// the room's lease; another dispatcher's release then lets nobody out and
+// says when the lease ends (the lease's length after the holder's last
+// release, which renews it); the other takes the room over once the lease
+// has run out, or at once after the holder resigns. A release that asks
+// for no lease is not stopped by one.
+func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	ctx := context.Background()
+	for i := range 6 {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := workergate.Dispatcher{ID: "a", Lease: 2 * time.Second}
+	b := workergate.Dispatcher{ID: "b", Lease: 2 * time.Second}
+	release := func(d workergate.Dispatcher) workergate.Released {
+		t.Helper()
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	if rel := release(a); !rel.OK || rel.Elsewhere {
+		t.Fatalf("a's first release: %+v; want a waiter let out", rel)
+	}
+	clock.Advance(time.Second)
+	if rel := release(a); !rel.OK {
+		t.Fatalf("a's second release: %+v; want a waiter let out (and the lease renewed)", rel)
+	}
+	leaseEnd := clock.Now().Add(2 * time.Second)
+	clock.Advance(time.Second)
+	if rel := release(b); rel.OK || !rel.Elsewhere || !rel.Due.Equal(leaseEnd) {
+		t.Fatalf("b while a holds the lease: %+v; want nothing, Elsewhere, due %s", rel, leaseEnd)
+	}
+	if rel := release(workergate.Dispatcher{}); !rel.OK {
+		t.Fatalf("a release that asks for no lease: %+v; want a waiter let out", rel)
+	}
+	clock.Set(leaseEnd)
+	if rel := release(b); !rel.OK || rel.Elsewhere {
+		t.Fatalf("b once a's lease has run out: %+v; want a waiter let out", rel)
+	}
+	clock.Advance(time.Second)
+	if rel := release(a); rel.OK || !rel.Elsewhere {
+		t.Fatalf("a once b holds the lease: %+v; want nothing, Elsewhere", rel)
+	}
+	if err := workergate.Resign(ctx, l, "all", a); err != nil {
+		t.Fatal(err)
+	}
+	if rel := release(a); rel.OK || !rel.Elsewhere {
+		t.Fatalf("a after resigning a lease it does not hold: %+v; want b's lease kept", rel)
+	}
+	if err := workergate.Resign(ctx, l, "all", b); err != nil {
+		t.Fatal(err)
+	}
+	if rel := release(a); !rel.OK || rel.Elsewhere {
+		t.Fatalf("a after b resigned: %+v; want a waiter let out", rel)
 	}
 }

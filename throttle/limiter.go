@@ -183,7 +183,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	state := l.Key(key)
 	return l.del(ctx, state, blockKey(state), state+keyspace.TicketsSuffix,
-		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix)
+		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix,
+		state+dispatcherSuffix)
 }
 
 // Unblock lifts key's block (BlockFor) in every process. A window policy

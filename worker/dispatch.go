@@ -3,6 +3,10 @@ package worker
 import (
 	"container/heap"
 	"context"
+	crand "crypto/rand"
+	"fmt"
+	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,10 +20,14 @@ import (
 // turn, and lets the waiters of a room out as its meter allows. Every
 // Throttler that has sent a task back runs one, in the background, on the
 // turns it knows of: those of the tasks it sent back itself and of the
-// rooms it put waiters in. If the process stops, asynq's own retry brings
-// its tasks back a little late, at the tail of their queues, and a room's
-// turns are taken up again when one of its waiters comes back so (see
-// wait).
+// rooms it put waiters in. One dispatcher of the fleet at a time lets a
+// room's waiters out: the one holding the room's lease, which each of its
+// releases renews (dispatcherLease). The others look again when the lease
+// ends, and take the room over if its holder has stopped; a Throttler
+// closed gives its leases up. If every process stops, asynq's own retry
+// brings their tasks back a little late, at the tail of their queues, and
+// a room's turns are taken up again when one of its waiters comes back so
+// (see wait).
 
 // turn is one thing the dispatcher does at a time: move a task of a lane,
 // or let waiters out of a room.
@@ -68,7 +76,19 @@ type dispatcher struct {
 	// learned from the bookings of its last ones; the dispatcher's loop
 	// alone uses them.
 	holds map[roomID][]gate.Hold
+	// self names this dispatcher in the rooms' leases; leased are the rooms
+	// whose lease it last held (the loop's alone until it has stopped).
+	self   gate.Dispatcher
+	leased map[roomID]bool
+	// elsewhere: rooms another dispatcher holds, and till when (under mu).
+	elsewhere map[roomID]time.Time
 }
+
+// dispatcherLease is how long a dispatcher keeps a room's lease after its
+// last release: the longest a room waits for another dispatcher when its
+// holder stops without Close; the other dispatchers with waiters in the
+// room look once per lease.
+const dispatcherLease = 5 * time.Second
 
 type roomID struct {
 	rule *Rule
@@ -107,6 +127,9 @@ func (t *Throttler) turnAt(tn turn, slack time.Duration) {
 	}
 	if tn.rule != nil {
 		id := roomID{tn.rule, tn.key}
+		if until := d.elsewhere[id]; tn.at.Before(until) {
+			tn.at = until // another dispatcher lets its waiters out
+		}
 		if due, ok := d.rooms[id]; ok && !due.After(tn.at.Add(slack)) {
 			d.mu.Unlock()
 			return
@@ -233,10 +256,31 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 	}()
 	for range 32 {
 		lead := t.laneLead()
-		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds)
+		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self)
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond)
 		}
+		if rel.Elsewhere {
+			// Another dispatcher lets the room's waiters out: look again
+			// when its lease ends (a little after, so that a holder that
+			// lives renews it first).
+			delete(d.leased, room)
+			again := rel.Due.Add(50*time.Millisecond + rand.N(50*time.Millisecond))
+			d.mu.Lock()
+			if d.elsewhere == nil {
+				d.elsewhere = map[roomID]time.Time{}
+			}
+			d.elsewhere[room] = again
+			d.mu.Unlock()
+			return again
+		}
+		d.mu.Lock()
+		delete(d.elsewhere, room)
+		d.mu.Unlock()
+		if d.leased == nil {
+			d.leased = map[roomID]bool{}
+		}
+		d.leased[room] = true
 		holds = holds[:0]
 		d.late.observe(due, time.Now(), lead)
 		if !rel.OK {
@@ -379,8 +423,22 @@ func (t *Throttler) Close(ctx context.Context) error {
 	d.closeOnce.Do(func() { close(d.stop) })
 	select {
 	case <-d.stopped:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// The rooms this dispatcher let waiters out of are another's at once.
+	for room := range d.leased {
+		_ = gate.Resign(ctx, room.rule.limiter, room.key, d.self)
+	}
+	d.leased = nil
+	return nil
+}
+
+// dispatcherID returns a name for a Throttler's dispatcher unique in the
+// fleet: its host, its process and a random part.
+func dispatcherID() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
 }

@@ -54,7 +54,11 @@
 //     starts at its slot if it comes within 50 ms after it; later, it waits
 //     in the room again, in its place. A waiter that asks for a turn while
 //     others wait in the room stands behind them, so a newcomer tenant's
-//     first task waits behind no other tenant's backlog.
+//     first task waits behind no other tenant's backlog. One dispatcher of
+//     the fleet lets a room's waiters out at a time, the one holding the
+//     room's lease (renewed by each of its releases, for 5 s); the others
+//     take the room over when the lease ends unrenewed, or at once when its
+//     holder's Throttler is closed.
 //   - Under a concurrency cap whose slots are all taken, the task stands in
 //     the cap's line in Redis, in the order tasks came, and is woken the
 //     moment a slot is freed for it (throttle's AcquireWait). When its

@@ -28,6 +28,7 @@ func (t *Throttler) settle(ctx context.Context) {
 	for {
 		err := bounded.Call(ctx, func(ctx context.Context) error { return t.client.Ping(ctx).Err() })
 		if err == nil {
+			t.answered.Store(time.Now().UnixNano()) // the other tasks ending now need not ask
 			if !since.IsZero() {
 				t.logger().LogAttrs(ctx, slog.LevelInfo, "worker: redis answers again; handing the task's outcome to asynq",
 					slog.Duration("waited", time.Since(since)))
@@ -49,8 +50,9 @@ func (t *Throttler) settle(ctx context.Context) {
 	}
 }
 
-// settleFresh: a Throttler whose rules decide on asynq's Redis skips the
-// PING when that Redis answered one of its calls this recently: it is up.
+// settleFresh: a Throttler skips the PING when asynq's Redis answered one
+// of its calls this recently (a PING of settle's own, or a decision of its
+// rules when they decide there): it is up.
 const settleFresh = 100 * time.Millisecond
 
 // noteAnswer records that asynq's Redis answered a call of the Throttler,
@@ -75,9 +77,10 @@ const settleLimit = 30 * time.Second
 // WithSettle chooses whether a task waits, once its handler has returned
 // or it was throttled, until Redis answers before its outcome goes back to
 // asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
-// task, skipped when every rule's limiter uses the client given to New and
-// that Redis answered one of the Throttler's calls in the last 100 ms (as
-// on any busy worker): then it is up. asynq writes a task's outcome once,
+// task, skipped when that Redis answered one of the Throttler's calls in
+// the last 100 ms (its PINGs, and its rules' decisions when every rule's
+// limiter uses the client given to New; as on any busy worker): then it
+// is up. asynq writes a task's outcome once,
 // when the handler returns; without this, a task that ends while Redis is
 // down stays active until its lease runs out and then runs again, or is
 // archived if it had no retries left. The client given to [New] must be asynq's Redis.

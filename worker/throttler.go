@@ -100,6 +100,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			gate.OnCapCall(r.conc, t.callBack)
 		}
 	}
+	t.dispatch.self = gate.Dispatcher{ID: dispatcherID(), Lease: dispatcherLease}
 	t.forwarder.Store(int64(asynqForwarder))
 	t.poll.Store(int64(asynqPoll))
 	return t, nil

@@ -104,10 +104,22 @@ type Released struct {
 	// Slot is that start on the Redis clock.
 	Slot time.Time
 	// Due is when to try the room again: when the next waiter may be let
-	// out (OK), or when one may be (zero: the room is empty).
+	// out (OK), or when one may be (zero: the room is empty), or when the
+	// lease of the dispatcher that holds it ends (Elsewhere).
 	Due time.Time
+	// Elsewhere: another dispatcher holds the room's lease; nothing was
+	// released.
+	Elsewhere bool
 	// Back is what PutBack needs; opaque.
 	Back []string
+}
+
+// Dispatcher names the one dispatcher of the fleet that lets a room's
+// waiters out: a release by ID takes the room's lease for Lease, or renews
+// it, unless another ID holds it. An empty ID asks for no lease.
+type Dispatcher struct {
+	ID    string
+	Lease time.Duration
 }
 
 // Hold holds a flow of a room back until an instant of the Redis clock:
@@ -172,8 +184,9 @@ var (
 	// Release lets the next waiter of key's room out, when the meter
 	// admits its start within lead, its start no sooner than notice (at
 	// most lead) after the release. It first holds back the flows of holds
-	// (a hold shorter than the flow's standing one changes nothing).
-	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold) (Released, error)
+	// (a hold shorter than the flow's standing one changes nothing). While
+	// another dispatcher holds the room's lease it releases nothing.
+	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold, d Dispatcher) (Released, error)
 	// PutBack returns a released waiter to key's room, its place kept and
 	// its capacity given back, and holds its flow back until until (when
 	// another limit of the flow has no room before).
@@ -188,6 +201,9 @@ var (
 	// after its slot's start, asking again returns that booking rather than
 	// booking anew. Only TokenBucket and GCRA keep tickets (see Meter).
 	ReserveFor func(ctx context.Context, limiter any, key string, t Ticket, n int, maxDelay time.Duration) (Booking, error)
+	// Resign ends d's lease of key's room, if d holds it, so that another
+	// dispatcher takes the room over at once.
+	Resign func(ctx context.Context, limiter any, key string, d Dispatcher) error
 	// LeaveRoom removes a waiter, or a release nobody came for.
 	LeaveRoom func(ctx context.Context, limiter any, key, waiter string) error
 	// CapWait stands waiter in the line of a *throttle.ConcurrencyLimiter's

@@ -235,7 +235,10 @@ end
 -- KEYS[7]  release: the starts instant of the meter key (see
 --          meter_start.lua): a start that came late holds back the releases
 --          after it, rather than every start after it
--- ARGV[1]  mode: 0 enter, 1 release, 2 leave, 3 put a release back
+-- KEYS[8]  release: the room's dispatcher lease: the ID of the one
+--          dispatcher of the fleet that lets the room's waiters out
+-- ARGV[1]  mode: 0 enter, 1 release, 2 leave, 3 put a release back,
+--          4 resign the dispatcher lease
 -- enter:   ARGV[2] waiter ID, ARGV[3] flow (non-empty), ARGV[4] weight
 --          (>= 1; 0: first come, first served), ARGV[5] the soonest it
 --          may start, in us from now, ARGV[6] payload (opaque),
@@ -253,16 +256,21 @@ end
 --          its start, in ticks (at most the lead): a waiter let out late
 --          (its dispatcher delayed, or the meter idle before) still has the
 --          time it needs to reach a worker, and the meter's capacity before
---          its start goes unused; ARGV[9], ARGV[10], ... pairs of a flow
---          and an instant, Unix us: the flow is held back until then
---          first (its own limit has no room before; a hold that ends
---          sooner than the flow's standing one changes nothing)
+--          its start goes unused; ARGV[9] the dispatcher's ID (empty: no
+--          lease is asked), ARGV[10] how long its lease lasts, us: a
+--          release by another dispatcher while the lease lasts releases
+--          nothing, and each release of the holder renews it; ARGV[11],
+--          ARGV[12], ... pairs of a flow and an instant, Unix us: the flow
+--          is held back until then first (its own limit has no room before;
+--          a hold that ends sooner than the flow's standing one changes
+--          nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
 --          end ticks, flow, now_us, next_us, units} for a waiter released
 --          (next_us: when the next may be); {0, due_us, now_us} otherwise,
---          due_us the instant to try again (0: the room is empty). A waiter
---          whose units do not fit by the lead keeps its turn: nobody is
---          released before it.
+--          due_us the instant to try again (0: the room is empty); {2,
+--          lease_end_us, now_us} when another dispatcher holds the lease. A
+--          waiter whose units do not fit by the lead keeps its turn: nobody
+--          is released before it.
 -- leave:   ARGV[2] waiter ID: removes a waiter, or a release nobody came
 --          for. Returns {1 if it was there, now_us}
 -- put back: ARGV[2] waiter ID, ARGV[3] unused, ARGV[4], ARGV[5] the end
@@ -272,6 +280,8 @@ end
 --          back as far as nothing later stands on it (see common.lua's
 --          cancel), and the waiter waits again with its tag. Returns
 --          {1, now_us}
+-- resign:  ARGV[2] the dispatcher's ID: its lease ends now, if it holds
+--          it. Returns {1 if it held it, now_us}
 
 local SCALE = 1000000 -- a tag's unit: weights divide it
 local SCAN = 64       -- waiters looked at per release for an eligible one
@@ -403,6 +413,14 @@ if mode == 2 then
   return {redis.call('HDEL', KEYS[3], id), now}
 end
 
+if mode == 4 then
+  if redis.call('GET', KEYS[8]) == ARGV[2] then
+    redis.call('DEL', KEYS[8])
+    return {1, now}
+  end
+  return {0, now}
+end
+
 if mode == 3 then
   local id = ARGV[2]
   local info = redis.call('HGET', KEYS[3], id)
@@ -430,9 +448,17 @@ if mode == 3 then
 end
 
 -- release
+local owner = ARGV[9]
+if owner ~= '' then
+  local holder = redis.call('GET', KEYS[8])
+  if holder and holder ~= owner then
+    return {2, now + math.max(0, redis.call('PTTL', KEYS[8])) * 1000, now}
+  end
+  redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
+end
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
-for i = 9, #ARGV - 1, 2 do
+for i = 11, #ARGV - 1, 2 do
   local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
   if until_us > now and until_us > held_until(flow) then
     redis.call('HSET', KEYS[5], flow, int(until_us))
