@@ -299,3 +299,117 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   end
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end
+
+-- Waiting rooms of the worker (see room.lua). R names a room's keys:
+-- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
+-- entries; R.flows, the flows' finish tags; R.held, the flows held back;
+-- R.aside, the waiters set aside.
+
+-- room_keep renews the expiry of a room's keys.
+local function room_keep(R, lifetime)
+  for _, key in ipairs({R.room, R.waiters, R.flows, R.held, R.aside}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
+end
+
+-- flow_prefix is what a flow's members of the set aside start with.
+local function flow_prefix(flow)
+  return int(#flow) .. ':' .. flow .. '|'
+end
+
+-- aside_member is a waiter's member in the set aside.
+local function aside_member(flow, tag, id)
+  local digits = int(tag)
+  return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
+end
+
+-- first_aside returns the member of flow's first waiter set aside, or nil.
+local function first_aside(R, flow)
+  local prefix = flow_prefix(flow)
+  local found = redis.call('ZRANGEBYLEX', R.aside, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+  return found[1]
+end
+
+-- bring_back returns flow's first waiter set aside to the room.
+local function bring_back(R, flow)
+  local member = first_aside(R, flow)
+  if member then
+    local at = #flow_prefix(flow)
+    redis.call('ZREM', R.aside, member)
+    redis.call('ZADD', R.room, tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
+  end
+end
+
+-- held_until returns until when flow is held back (0: it is not). A hold
+-- is stored negated once its flow's first waiter set aside was brought
+-- back for its end.
+local function held_until(R, flow)
+  return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- parse_waiter splits a waiting waiter's entry into eligible, flow,
+-- payload, tag and units.
+local function parse_waiter(info)
+  local bar = string.find(info, '|', 1, true)
+  local eligible = tonumber(string.sub(info, 1, bar - 1))
+  local bar2 = string.find(info, '|', bar + 1, true)
+  local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
+  local units = 1
+  if string.sub(info, bar2 + 1, bar2 + 1) == 'u' then
+    local bar3 = string.find(info, '|', bar2 + 1, true)
+    units = tonumber(string.sub(info, bar2 + 2, bar3 - 1))
+    bar2 = bar3
+  end
+  local bar3 = string.find(info, '|', bar2 + 1, true)
+  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local flow = string.sub(info, bar3 + 1, bar3 + length)
+  return eligible, flow, string.sub(info, bar3 + length + 1), tag, units
+end
+
+-- waiting_info writes a waiting waiter's entry.
+local function waiting_info(eligible, tag, units, flow, payload)
+  return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
+end
+
+-- enter_room puts waiter id of flow in a room, to start no sooner than
+-- after us from now, its start taking units; weight 0 queues it first
+-- come, first served, 1 and more share the room fairly between flows (a
+-- flow's tags advance by units × 1,000,000 / weight). A waiter there
+-- already (a task handed over to a copy of itself comes back under a new
+-- asynq ID) keeps its place, tag and release, and takes the new payload
+-- and, waiting, the later soonest start. Returns {waiters in the room and
+-- set aside, 1 if it entered now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
+  local known = redis.call('HGET', R.waiters, id)
+  if known then
+    local released, waiting = '', known
+    if string.sub(known, 1, 1) == '=' then
+      local bar = string.find(known, '|', 1, true)
+      released, waiting = string.sub(known, 1, bar), string.sub(known, bar + 1)
+    end
+    local eligible, old_flow, _, tag = parse_waiter(waiting)
+    if released == '' then
+      eligible = math.max(eligible, now + after)
+    end
+    redis.call('HSET', R.waiters, id, released .. waiting_info(eligible, tag, units, old_flow, payload))
+    room_keep(R, lifetime)
+    return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 0, now}
+  end
+  local tag
+  if weight == 0 then
+    tag = redis.call('HINCRBY', R.flows, '#', 1)
+  else
+    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
+    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
+    tag = math.max(v, finish)
+    redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
+  end
+  if held_until(R, flow) > now then
+    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', R.room, int(tag), id)
+  end
+  redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
+  room_keep(R, lifetime)
+  return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
+end

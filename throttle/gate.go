@@ -49,6 +49,7 @@ func init() {
 	gate.StartOn = startOn
 	gate.UndoStart = undoStart
 	gate.ClaimStart = claim
+	gate.ClaimAll = claimAll
 	gate.UndoClaim = undoClaim
 	gate.EnterRoom = enterRoom
 	gate.Release = release
@@ -223,24 +224,39 @@ func (l *Limiter) claim(ctx context.Context, sp *spec, req gate.ClaimRequest) (g
 	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Claim{}, err
 	}
-	var at int64
-	if !req.At.IsZero() {
-		at = req.At.UnixMicro()
-	}
-	args := append([]any{"0"}, sp.meterArgs(req.N)...)
-	args = append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(sp.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()),
-		itoa(roomLifetime.Microseconds()))
+	args := append([]any{"0"}, claimArgs(sp, req)...)
 	values, err := l.evalValues(ctx, meterClaimScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
 	if err != nil {
 		return gate.Claim{}, l.unavailable(ctx, err)
 	}
+	c, err := claimOf(values)
+	if err != nil {
+		return gate.Claim{}, l.unavailable(ctx, err)
+	}
+	return c, nil
+}
+
+// claimArgs returns meter_claim.lua's arguments for req, but its mode.
+func claimArgs(sp *spec, req gate.ClaimRequest) []any {
+	var at int64
+	if !req.At.IsZero() {
+		at = req.At.UnixMicro()
+	}
+	args := sp.meterArgs(req.N)
+	return append(args, strconv.Itoa(req.Held), req.Ticket, itoa(at), itoa(sp.ticks(req.MaxWait)), itoa(req.Grace.Microseconds()),
+		itoa(roomLifetime.Microseconds()))
+}
+
+// claimOf reads the six values meter_claim.lua returns for a claim.
+func claimOf(values []any) (gate.Claim, error) {
 	if len(values) < 6 {
-		return gate.Claim{}, l.unavailable(ctx, fmt.Errorf("meter_claim.lua returned %d values, want 6", len(values)))
+		return gate.Claim{}, fmt.Errorf("meter_claim.lua returned %d values, want 6", len(values))
 	}
 	ints := make([]int64, 5)
 	for i := range ints {
+		var err error
 		if ints[i], err = asInt(values[i]); err != nil {
-			return gate.Claim{}, l.unavailable(ctx, err)
+			return gate.Claim{}, err
 		}
 	}
 	release, _ := values[5].(string)

@@ -74,6 +74,10 @@ type refusal struct {
 	leadWait time.Duration
 	// ahead: parking in a cap's line (how), how many waited before it.
 	ahead int
+	// entered: entering a room (how), the task's claim put it there
+	// already, with waiters in the room then.
+	entered bool
+	waiters int
 	err   error // set when Redis could not decide
 }
 
@@ -230,11 +234,43 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration,
 	refuse func(*Rule, string, time.Duration, int, error) *pass) *pass {
 	roomRule, roomKey := rules[room], tk.keys[room]
-	req := gate.ClaimRequest{Key: roomKey, N: tk.costs[room], Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}
-	c, err := gate.ClaimStart(ctx, roomRule.limiter, req)
-	switch {
-	case err != nil:
+	parts := []gate.ClaimPart{{Limiter: roomRule.limiter, Req: gate.ClaimRequest{
+		Key: roomKey, N: tk.costs[room], Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}}}
+	along := []int{room} // the rule of each part
+	for i, r := range rules {
+		if roles[i] != alongMeter {
+			continue
+		}
+		areq := gate.ClaimRequest{Key: tk.keys[i], N: tk.costs[i], Grace: punctualGrace}
+		if tk.ticket != "" {
+			areq.Held, areq.Ticket = gate.HeldByTicket, tk.ticket // booked at its release
+		}
+		parts, along = append(parts, gate.ClaimPart{Limiter: r.limiter, Req: areq}), append(along, i)
+	}
+	// One call on one Redis: the room meter's start, then its along
+	// meters' at the same slot; a meter that refuses has the ones before
+	// it given back, and the task enters the room when it is to wait
+	// there (unless the rule may give up on it, which is asked first).
+	var entry *gate.Entry
+	if tk.queue != "" && tk.id != "" && !roomRule.giveUp.enabled() {
+		// (A flow the task has none of fails it when it enters.)
+		if e, _, err := t.entryOf(ctx, tk, roomRule, roomKey); err == nil {
+			e.Late = t.roomLead()
+			entry = &e
+		}
+	}
+	got, err := gate.ClaimAll(ctx, parts, entry)
+	if err != nil {
 		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
+	}
+	defer func() {
+		if r := p.refused; r != nil && r.how == enterRoom && got.Entered {
+			r.entered, r.waiters = true, got.Waiters
+		}
+	}()
+	claims := got.Claims
+	c := claims[0]
+	switch {
 	case c.Status == gate.Late:
 		// Its slot passed: it waits in the room again, in its place, and is
 		// let out no sooner than a full lead from now, which it needs to
@@ -248,39 +284,30 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 		// decides.
 		return refuse(roomRule, roomKey, 0, enterRoom, nil)
 	}
-	p.claims = append(p.claims, claimed{c, roomRule, roomKey, req.N, req.Held, req.Ticket})
-	p.delay = max(0, c.Wait)
-	for i, r := range rules {
-		if roles[i] != alongMeter {
-			continue
+	last := claims[len(claims)-1]
+	if len(claims) == len(parts) && (last.Status == gate.Admitted || last.Status == gate.Taken) {
+		for j, cl := range claims {
+			i := along[j]
+			p.claims = append(p.claims, claimed{cl, rules[i], tk.keys[i], parts[j].Req.N, parts[j].Req.Held, parts[j].Req.Ticket})
+			p.delay = max(p.delay, cl.Wait)
 		}
-		areq := gate.ClaimRequest{Key: tk.keys[i], N: tk.costs[i], At: c.Slot, Grace: punctualGrace}
-		if tk.ticket != "" {
-			areq.Held, areq.Ticket = gate.HeldByTicket, tk.ticket // booked at its release
-		}
-		a, err := gate.ClaimStart(ctx, r.limiter, areq)
-		if err != nil {
-			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
-		}
-		if a.Status == gate.Admitted || a.Status == gate.Taken {
-			p.claims = append(p.claims, claimed{a, r, tk.keys[i], areq.N, areq.Held, areq.Ticket})
-			p.delay = max(0, a.Wait)
-			continue
-		}
-		wait := max(0, a.Wait)
-		if c.Status == gate.Admitted {
-			// Released, but this meter has no room at its slot (its booking
-			// was lost): the release is given back to the task, which asks
-			// again when the meter has room; by then its slot has passed,
-			// and it waits in the room again.
-			return refuse(r, tk.keys[i], wait, waitOrRetry, nil)
-		}
-		// Wait in the room, not to be let out before this meter has room.
-		p.giveBack(ctx)
-		p.refused = &refusal{rule: roomRule, key: roomKey, how: enterRoom, leadWait: wait}
+		t.noteAnswer()
 		return p
 	}
-	t.noteAnswer()
+	// An along meter has no room at the slot; what the others took is
+	// given back.
+	i := along[len(claims)-1]
+	wait := max(0, last.Wait)
+	if c.Status == gate.Admitted {
+		// Released, but this meter has no room at its slot (its booking
+		// was lost): the release is given back to the task, which asks
+		// again when the meter has room; by then its slot has passed, and
+		// it waits in the room again.
+		return refuse(rules[i], tk.keys[i], wait, waitOrRetry, nil)
+	}
+	// Wait in the room, not to be let out before this meter has room.
+	p.giveBack(ctx)
+	p.refused = &refusal{rule: roomRule, key: roomKey, how: enterRoom, leadWait: wait}
 	return p
 }
 

@@ -51,67 +51,82 @@ func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.T
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(due), until: retryAt}
 }
 
-// wait puts a task refused by a meter's room in that room, to be let out
-// by a dispatcher when its turn comes (see dispatch.go), and sends it back
-// to asynq meanwhile, with a retry time well past its estimated turn, for
-// the case that no dispatcher lets it out. The dispatcher books its slot
-// on its along meters when it lets it out; its flow is the rule's FairBy
-// flow, or else its key in its first along meter (its tenant, typically),
-// or else the room's key.
+// wait puts a task refused by a meter's room in that room (unless its
+// claim put it there already), to be let out by a dispatcher when its turn
+// comes (see dispatch.go), and sends it back to asynq meanwhile, with a
+// retry time well past its estimated turn, for the case that no
+// dispatcher lets it out. The dispatcher books its slot on its along
+// meters when it lets it out.
 func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	if tk.queue == "" || tk.id == "" {
 		// Outside an asynq server nothing could let it out: back later.
 		r.how = waitOrRetry
 		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 	}
-	if gave := t.giveUp(ctx, tk, r); gave != nil {
-		return gave
-	}
-	rules := t.matching(ctx, tk.Task)
-	roles := meterRoles(rules)
-	flow, weight := "", 1
-	id := tk.id
-	if tk.last {
-		id = tk.copyID()
-	}
-	// The payload: its queue and ID, then rule, key and units of each along
-	// meter, for the dispatcher that releases it.
-	parts := []string{tk.queue, id}
-	units := 1
-	for i, role := range roles {
-		if rules[i] == r.rule {
-			units = tk.costs[i]
+	if !r.entered {
+		if gave := t.giveUp(ctx, tk, r); gave != nil {
+			return gave
 		}
-		if role == alongMeter {
-			parts = append(parts, rules[i].name, tk.keys[i], strconv.Itoa(tk.costs[i]))
-			if flow == "" {
-				flow = tk.keys[i]
-			}
-		}
-	}
-	if flow == "" {
-		flow = r.key
-	}
-	if r.rule.fair != nil {
-		var err error
-		if flow, weight, err = r.rule.fair.flowOf(ctx, tk.Task); err != nil {
+		entry, units, err := t.entryOf(ctx, tk, r.rule, r.key)
+		if err != nil {
 			return t.noKey(tk, r.rule, err)
 		}
+		size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), entry.Flow, entry.Weight, units, r.leadWait, entry.Payload)
+		if err != nil {
+			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+		}
+		r.entered, r.waiters = true, size
 	}
 	eligible := time.Now().Add(r.leadWait)
-	size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), flow, weight, units, r.leadWait, strings.Join(parts, "\x1f"))
-	if err != nil {
-		r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
-		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
-		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
-	}
 	t.roomTurn(r.rule, r.key, eligible.Add(-t.roomLead()))
-	fallback := eligible.Add(2*time.Duration(size)*r.rule.interval() + roomFallback)
+	fallback := eligible.Add(2*time.Duration(r.waiters)*r.rule.interval() + roomFallback)
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
 	}
 	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(fallback)})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(fallback), until: fallback}
+}
+
+// entryOf returns what a task enters rule's room with, and the units its
+// start there takes: its flow is the rule's FairBy flow, or else its key in
+// its first along meter (its tenant, typically), or else the room's key;
+// its payload is its queue and ID (its hand-over copy's, for a task with no
+// retries left), then rule, key and units of each along meter, for the
+// dispatcher that lets it out.
+func (t *Throttler) entryOf(ctx context.Context, tk *task, rule *Rule, key string) (gate.Entry, int, error) {
+	rules := t.matching(ctx, tk.Task)
+	roles := meterRoles(rules)
+	entry := gate.Entry{Weight: 1}
+	id := tk.id
+	if tk.last {
+		id = tk.copyID()
+	}
+	parts := []string{tk.queue, id}
+	units := 1
+	for i, role := range roles {
+		if rules[i] == rule {
+			units = tk.costs[i]
+		}
+		if role == alongMeter {
+			parts = append(parts, rules[i].name, tk.keys[i], strconv.Itoa(tk.costs[i]))
+			if entry.Flow == "" {
+				entry.Flow = tk.keys[i]
+			}
+		}
+	}
+	if entry.Flow == "" {
+		entry.Flow = key
+	}
+	if rule.fair != nil {
+		var err error
+		if entry.Flow, entry.Weight, err = rule.fair.flowOf(ctx, tk.Task); err != nil {
+			return gate.Entry{}, 0, err
+		}
+	}
+	entry.Payload = strings.Join(parts, "\x1f")
+	return entry, units, nil
 }
 
 // park leaves a task refused by a full concurrency cap in the cap's line,

@@ -73,6 +73,30 @@ type ClaimRequest struct {
 	Grace time.Duration
 }
 
+// ClaimPart is one meter of a ClaimAll: a *throttle.Limiter and its
+// request.
+type ClaimPart struct {
+	Limiter any
+	Req     ClaimRequest
+}
+
+// Entry is what a waiter enters a room with (see EnterRoom); its ID and
+// units are its claim's.
+type Entry struct {
+	Flow    string
+	Weight  int
+	Late    time.Duration // a waiter late for its slot: let out no sooner than this from now
+	Payload string
+}
+
+// Claimed is what ClaimAll did: the claims made, and whether the task
+// entered the room (Entered, with the waiters there then).
+type Claimed struct {
+	Claims  []Claim
+	Entered bool
+	Waiters int
+}
+
 // Claim statuses, beside NoCapacity and Admitted (by capacity held).
 const (
 	Taken = 5 // admitted, the capacity taken now
@@ -173,6 +197,17 @@ var (
 	// ClaimStart starts a task that waits in rooms under limiter (see
 	// meter_claim.lua): at its held slot, or at room there is.
 	ClaimStart func(ctx context.Context, limiter any, req ClaimRequest) (Claim, error)
+	// ClaimAll claims a task's start under several meters at one instant:
+	// the first as its request says, each other at the first's slot (its
+	// request's At is not read). It stops at the first meter that does not
+	// admit the task, after giving back what the meters before it took,
+	// and returns the claims made, that one included. With an entry, and
+	// the first meter's start by room, a task refused (but a released
+	// waiter refused by another meter) enters the first meter's room: to
+	// be let out no sooner than the refusing meter has room, or entry.Late
+	// from now when its slot had passed. When every meter decides on one
+	// client of one Redis server (not a Cluster), it is one round trip.
+	ClaimAll func(ctx context.Context, parts []ClaimPart, entry *Entry) (Claimed, error)
 	// UndoClaim gives back a claim whose task will not run now.
 	UndoClaim func(ctx context.Context, limiter any, key string, n int, held int, waiter string, c Claim) error
 	// EnterRoom puts a waiter in key's room, to start no sooner than after

@@ -301,6 +301,12 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end
 
+-- Waiting rooms of the worker (see room.lua). R names a room's keys:
+-- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
+-- entries; R.flows, the flows' finish tags; R.held, the flows held back;
+-- R.aside, the waiters set aside.
+
+
 -- meter_booking.lua: reservations and blocks for the two meters that keep
 -- one instant per key, TokenBucket (the instant the bucket is full again)
 -- and GCRA (the theoretical arrival time): the same arithmetic serves both.

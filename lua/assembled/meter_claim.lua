@@ -225,6 +225,103 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end
 
+-- Waiting rooms of the worker (see room.lua). R names a room's keys:
+-- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
+-- entries; R.flows, the flows' finish tags; R.held, the flows held back;
+-- R.aside, the waiters set aside.
+
+-- room_keep renews the expiry of a room's keys.
+local function room_keep(R, lifetime)
+  for _, key in ipairs({R.room, R.waiters, R.flows, R.held, R.aside}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
+end
+
+-- flow_prefix is what a flow's members of the set aside start with.
+local function flow_prefix(flow)
+  return int(#flow) .. ':' .. flow .. '|'
+end
+
+-- aside_member is a waiter's member in the set aside.
+local function aside_member(flow, tag, id)
+  local digits = int(tag)
+  return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
+end
+
+-- held_until returns until when flow is held back (0: it is not). A hold
+-- is stored negated once its flow's first waiter set aside was brought
+-- back for its end.
+local function held_until(R, flow)
+  return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- parse_waiter splits a waiting waiter's entry into eligible, flow,
+-- payload, tag and units.
+local function parse_waiter(info)
+  local bar = string.find(info, '|', 1, true)
+  local eligible = tonumber(string.sub(info, 1, bar - 1))
+  local bar2 = string.find(info, '|', bar + 1, true)
+  local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
+  local units = 1
+  if string.sub(info, bar2 + 1, bar2 + 1) == 'u' then
+    local bar3 = string.find(info, '|', bar2 + 1, true)
+    units = tonumber(string.sub(info, bar2 + 2, bar3 - 1))
+    bar2 = bar3
+  end
+  local bar3 = string.find(info, '|', bar2 + 1, true)
+  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local flow = string.sub(info, bar3 + 1, bar3 + length)
+  return eligible, flow, string.sub(info, bar3 + length + 1), tag, units
+end
+
+-- waiting_info writes a waiting waiter's entry.
+local function waiting_info(eligible, tag, units, flow, payload)
+  return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
+end
+
+-- enter_room puts waiter id of flow in a room, to start no sooner than
+-- after us from now, its start taking units; weight 0 queues it first
+-- come, first served, 1 and more share the room fairly between flows (a
+-- flow's tags advance by units × 1,000,000 / weight). A waiter there
+-- already (a task handed over to a copy of itself comes back under a new
+-- asynq ID) keeps its place, tag and release, and takes the new payload
+-- and, waiting, the later soonest start. Returns {waiters in the room and
+-- set aside, 1 if it entered now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
+  local known = redis.call('HGET', R.waiters, id)
+  if known then
+    local released, waiting = '', known
+    if string.sub(known, 1, 1) == '=' then
+      local bar = string.find(known, '|', 1, true)
+      released, waiting = string.sub(known, 1, bar), string.sub(known, bar + 1)
+    end
+    local eligible, old_flow, _, tag = parse_waiter(waiting)
+    if released == '' then
+      eligible = math.max(eligible, now + after)
+    end
+    redis.call('HSET', R.waiters, id, released .. waiting_info(eligible, tag, units, old_flow, payload))
+    room_keep(R, lifetime)
+    return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 0, now}
+  end
+  local tag
+  if weight == 0 then
+    tag = redis.call('HINCRBY', R.flows, '#', 1)
+  else
+    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
+    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
+    tag = math.max(v, finish)
+    redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
+  end
+  if held_until(R, flow) > now then
+    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', R.room, int(tag), id)
+  end
+  redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
+  room_keep(R, lifetime)
+  return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
+end
+
 -- meter_claim.lua: a task's start under one meter rule (TokenBucket or
 -- GCRA) of the worker, for a task that waits in a meter's room (see
 -- room.lua): one under several meters, or under one that shares its limit
@@ -252,7 +349,8 @@ end
 --          tickets; else absent
 -- KEYS[6]  by room: the waiters set aside (see room.lua); a fresh task
 --          takes nothing while anyone waits, there or in the room
--- ARGV[1]  mode: 0 claim or take, 1 undo a take
+-- ARGV[1]  mode: 0 claim or take, 1 undo a take, 2 claim under several
+--          meters at once (see below)
 -- ARGV[2]  n, units (1 <= n <= burst, checked by the caller)
 -- ARGV[3]  burst
 -- ARGV[4]  num } one unit is num/den microseconds of the rate, the fraction
@@ -286,127 +384,224 @@ end
 --            ago (slot_us); it is its no more, and a released waiter
 --            waits in the room again, in its place
 --          undo: status 1 when anything was given back
+--
+-- Several meters (mode 2), for a task under several rules, in one call:
+-- the KEYS of each meter in turn, six each (those a meter does not use
+-- are keys of its own, in its slot, left alone), and from ARGV[2] its ten
+-- arguments ARGV[2] to ARGV[11] above, in turn. The first meter claims as
+-- asked; each other one at the first's slot (its instant argument is not
+-- read). The claims stop at the first meter that does not admit the task,
+-- after giving back what the meters before it took. Returns the six
+-- values above for each meter claimed, in turn, up to and including that
+-- one.
+--
+-- Entering the room: when the first meter's start is by room, two more
+-- KEYS, its room's flows and flows held back (see room.lua), and four more
+-- ARGV, the waiter's flow, its weight, how long after now a waiter late
+-- for its slot may be let out again (us), and its payload, have a task
+-- that is refused (but a released waiter's start refused by another meter)
+-- enter the room (see room.lua's enter), no sooner than the refusing
+-- meter has room, in the same call. The reply then ends with enter's
+-- three values: {waiters, 1 if it entered now, now_us}.
 
-local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-local burst, per_unit, den = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local source, waiter = tonumber(ARGV[6]), ARGV[7]
 local now = server_now()
-local tolerance = burst * per_unit
-local cost = n * per_unit
+
 
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
-local function wait_again(waiting)
+local function wait_again(K, A, waiter, waiting)
   local b1 = string.find(waiting, '|', 1, true)
   local b2 = string.find(waiting, '|', b1 + 1, true)
-  redis.call('HSET', KEYS[4], waiter, waiting)
-  redis.call('ZADD', KEYS[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+  redis.call('HSET', K[4], waiter, waiting)
+  redis.call('ZADD', K[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
   for i = 4, 5 do
-    redis.call('PEXPIRE', KEYS[i], ttl_ms(tonumber(ARGV[11])))
+    redis.call('PEXPIRE', K[i], ttl_ms(tonumber(A[11])))
   end
 end
 
-if mode == 1 then
-  local debt = ticks_until(KEYS[1], now, per_unit, den)
-  local back = cancel(KEYS[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(ARGV[8]), tonumber(ARGV[9]))[1]
-  if source == 2 and ARGV[10] ~= '' then
-    redis.call('HSET', KEYS[4], waiter, ARGV[10])
-    redis.call('PEXPIRE', KEYS[4], ttl_ms(tonumber(ARGV[11])))
+-- undo gives back a claim (mode 1).
+local function undo(K, A)
+  local n, burst, per_unit, den = tonumber(A[2]), tonumber(A[3]), tonumber(A[4]), tonumber(A[5])
+  local source, waiter = tonumber(A[6]), A[7]
+  local tolerance, cost = burst * per_unit, n * per_unit
+  local debt = ticks_until(K[1], now, per_unit, den)
+  local back = cancel(K[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(A[8]), tonumber(A[9]))[1]
+  if source == 2 and A[10] ~= '' then
+    redis.call('HSET', K[4], waiter, A[10])
+    redis.call('PEXPIRE', K[4], ttl_ms(tonumber(A[11])))
   end
   return {back, 0, now, 0, 0, ''}
 end
 
-local at, grace = tonumber(ARGV[8]), tonumber(ARGV[10])
+-- claim claims a start (mode 0) under the meter whose keys are K and
+-- arguments A, laid out as KEYS and ARGV above.
+local function claim(K, A)
+  local n, burst, per_unit, den = tonumber(A[2]), tonumber(A[3]), tonumber(A[4]), tonumber(A[5])
+  local source, waiter = tonumber(A[6]), A[7]
+  local tolerance, cost = burst * per_unit, n * per_unit
 
--- record moves the starts instant past a start at slot (ticks from now);
--- a start recorded after a later one leaves it where it is.
-local function record(slot)
-  local starts = math.max(signed_ticks(KEYS[2], now, per_unit, den) or slot, slot + cost)
-  if starts > 0 then
-    store_instant(KEYS[2], now, starts, per_unit, den)
-  end
-end
+  local at, grace = tonumber(A[8]), tonumber(A[10])
 
--- The capacity the task holds, and its slot (us).
-local held, release = nil, ''
-if source == 1 then
-  local ticket = load_state(KEYS[4])
-  local generation = tonumber(redis.call('GET', KEYS[5]))
-  if ticket and ticket[4] == generation then
-    held = ticket[1] + ceil_div(ticket[2] - tolerance, den)
-  end
-elseif source == 2 then
-  local info = redis.call('HGET', KEYS[4], waiter)
-  if info and string.sub(info, 1, 1) == '=' then
-    -- "=<end us>:<end ticks>:<slot us>|..."
-    local c1 = string.find(info, ':', 1, true)
-    local c2 = string.find(info, ':', c1 + 1, true)
-    local bar = string.find(info, '|', 1, true)
-    held, release = tonumber(string.sub(info, c2 + 1, bar - 1)), info
-  elseif info or redis.call('ZCARD', KEYS[5]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
-    return {0, 0, now, 0, 0, ''} -- the room decides
-  end
-end
-
-if held and (at == 0 or held == at) then
-  if held < now - grace then
-    if release ~= '' then
-      -- Back to its place in the room, to be released again.
-      wait_again(string.sub(release, string.find(release, '|', 1, true) + 1))
+  -- record moves the starts instant past a start at slot (ticks from now);
+  -- a start recorded after a later one leaves it where it is.
+  local function record(slot)
+    local starts = math.max(signed_ticks(K[2], now, per_unit, den) or slot, slot + cost)
+    if starts > 0 then
+      store_instant(K[2], now, starts, per_unit, den)
     end
-    return {6, held, now, 0, 0, ''}
   end
-  local blocked = blocked_for(KEYS[3], now)
-  if blocked > held - now then
-    if release ~= '' then
-      -- Back to its place in the room, to be released after the block.
-      local waiting = string.sub(release, string.find(release, '|', 1, true) + 1)
-      local bar = string.find(waiting, '|', 1, true)
-      wait_again(int(now + blocked) .. string.sub(waiting, bar))
+
+  -- The capacity the task holds, and its slot (us).
+  local held, release = nil, ''
+  if source == 1 then
+    local ticket = load_state(K[4])
+    local generation = tonumber(redis.call('GET', K[5]))
+    if ticket and ticket[4] == generation then
+      held = ticket[1] + ceil_div(ticket[2] - tolerance, den)
     end
-    return {0, now + blocked, now, 0, 0, ''}
+  elseif source == 2 then
+    local info = redis.call('HGET', K[4], waiter)
+    if info and string.sub(info, 1, 1) == '=' then
+      -- "=<end us>:<end ticks>:<slot us>|..."
+      local c1 = string.find(info, ':', 1, true)
+      local c2 = string.find(info, ':', c1 + 1, true)
+      local bar = string.find(info, '|', 1, true)
+      held, release = tonumber(string.sub(info, c2 + 1, bar - 1)), info
+    elseif info or redis.call('ZCARD', K[5]) > 0 or redis.call('ZCARD', K[6]) > 0 then
+      return {0, 0, now, 0, 0, ''} -- the room decides
+    end
   end
-  if release ~= '' then
-    redis.call('HDEL', KEYS[4], waiter) -- used
+
+  if held and (at == 0 or held == at) then
+    if held < now - grace then
+      if release ~= '' then
+        -- Back to its place in the room, to be released again.
+        wait_again(K, A, waiter, string.sub(release, string.find(release, '|', 1, true) + 1))
+      end
+      return {6, held, now, 0, 0, ''}
+    end
+    local blocked = blocked_for(K[3], now)
+    if blocked > held - now then
+      if release ~= '' then
+        -- Back to its place in the room, to be released after the block.
+        local waiting = string.sub(release, string.find(release, '|', 1, true) + 1)
+        local bar = string.find(waiting, '|', 1, true)
+        wait_again(K, A, waiter, int(now + blocked) .. string.sub(waiting, bar))
+      end
+      return {0, now + blocked, now, 0, 0, ''}
+    end
+    if release ~= '' then
+      redis.call('HDEL', K[4], waiter) -- used
+    end
+    record((held - now) * den)
+    return {1, held, now, 0, 0, release}
   end
-  record((held - now) * den)
-  return {1, held, now, 0, 0, release}
+
+  -- No capacity held (or held for another instant, which is given back):
+  -- take room there is at the instant, or at the meter's next start.
+  local planned = signed_ticks(K[1], now, per_unit, den)
+  local debt = math.max(planned or 0, 0)
+  if held then
+    local ticket = load_state(K[4])
+    cancel(K[1], K[4], now, debt, cost, tolerance, per_unit, den, ticket[1], ticket[2])
+    planned = signed_ticks(K[1], now, per_unit, den)
+  end
+  local free = -2 ^ 52 -- the soonest start the planned meter admits, ticks
+  if planned then
+    free = planned + cost - tolerance
+  end
+  local slot
+  if at > 0 then
+    slot = (at - now) * den
+    if free > slot then
+      return {0, now + ceil_div(math.max(free, 0), den), now, 0, 0, ''}
+    end
+  else
+    slot = math.max(free, 0)
+    if slot > tonumber(A[9]) then
+      return {0, now + ceil_div(slot, den), now, 0, 0, ''}
+    end
+    slot = ceil_div(slot, den) * den -- on a whole microsecond, as others will be
+  end
+  if blocked_for(K[3], now) * den > slot then
+    return {0, now + blocked_for(K[3], now), now, 0, 0, ''}
+  end
+  local debt_after = math.max(planned or slot, slot) + cost
+  local end_us, end_ticks = 0, 0
+  if debt_after > 0 then
+    store_instant(K[1], now, debt_after, per_unit, den)
+    end_us, end_ticks = instant_after(now, debt_after, den)
+  end
+  record(slot)
+  return {5, now + floor_div(slot, den), now, end_us, end_ticks, ''}
 end
 
--- No capacity held (or held for another instant, which is given back):
--- take room there is at the instant, or at the meter's next start.
-local planned = signed_ticks(KEYS[1], now, per_unit, den)
-local debt = math.max(planned or 0, 0)
-if held then
-  local ticket = load_state(KEYS[4])
-  cancel(KEYS[1], KEYS[4], now, debt, cost, tolerance, per_unit, den, ticket[1], ticket[2])
-  planned = signed_ticks(KEYS[1], now, per_unit, den)
-end
-local free = -2 ^ 52 -- the soonest start the planned meter admits, ticks
-if planned then
-  free = planned + cost - tolerance
-end
-local slot
-if at > 0 then
-  slot = (at - now) * den
-  if free > slot then
-    return {0, now + ceil_div(math.max(free, 0), den), now, 0, 0, ''}
+-- part returns the keys and arguments of the i-th meter (from 1) of a
+-- claim under several (mode 2).
+local function part(i)
+  local K, A = {}, {'0'}
+  for j = 1, 6 do
+    K[j] = KEYS[6 * (i - 1) + j]
   end
-else
-  slot = math.max(free, 0)
-  if slot > tonumber(ARGV[9]) then
-    return {0, now + ceil_div(slot, den), now, 0, 0, ''}
+  for j = 2, 11 do
+    A[j] = ARGV[10 * (i - 1) + j]
   end
-  slot = ceil_div(slot, den) * den -- on a whole microsecond, as others will be
+  return K, A
 end
-if blocked_for(KEYS[3], now) * den > slot then
-  return {0, now + blocked_for(KEYS[3], now), now, 0, 0, ''}
+
+local mode = tonumber(ARGV[1])
+if mode == 1 then
+  return undo(KEYS, ARGV)
+elseif mode == 0 then
+  return claim(KEYS, ARGV)
 end
-local debt_after = math.max(planned or slot, slot) + cost
-local end_us, end_ticks = 0, 0
-if debt_after > 0 then
-  store_instant(KEYS[1], now, debt_after, per_unit, den)
-  end_us, end_ticks = instant_after(now, debt_after, den)
+-- Several meters: the first claims as asked, the others at its slot.
+local out, taken = {}, {}
+local meters = math.floor(#KEYS / 6)
+local first = 0 -- the first meter's status
+local along_wait = 0
+for i = 1, meters do
+  local K, A = part(i)
+  if i > 1 then
+    A[8] = out[2] -- the first's slot
+  end
+  local r = claim(K, A)
+  for _, v in ipairs(r) do
+    out[#out + 1] = v
+  end
+  if i == 1 then
+    first = r[1]
+  end
+  if r[1] ~= 1 and r[1] ~= 5 then
+    -- Not admitted: what the meters before it took is given back.
+    for j = #taken, 1, -1 do
+      local TK, TA, tr = taken[j][1], taken[j][2], taken[j][3]
+      if tr[4] ~= 0 or tr[6] ~= '' then
+        TA[8], TA[9], TA[10] = tr[4], tr[5], tr[6]
+        undo(TK, TA)
+      end
+    end
+    if i > 1 and r[2] > now then
+      along_wait = r[2] - now
+    end
+    break
+  end
+  taken[#taken + 1] = {K, A, r}
 end
-record(slot)
-return {5, now + floor_div(slot, den), now, end_us, end_ticks, ''}
+if #KEYS % 6 ~= 2 or #taken == meters or first == 1 then
+  return out
+end
+-- Refused, and not a released waiter's start: the task waits in the first
+-- meter's room.
+local K1, E = part(1), 10 * meters + 1
+local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 1], held = KEYS[#KEYS], aside = K1[6]}
+local after = along_wait
+if first == 6 then
+  after = tonumber(ARGV[E + 3])
+end
+local entered = enter_room(R, now, ARGV[7], ARGV[E + 1], tonumber(ARGV[E + 2]), after, ARGV[E + 4], tonumber(ARGV[11]),
+  tonumber(ARGV[2]))
+for _, v in ipairs(entered) do
+  out[#out + 1] = v
+end
+return out

@@ -289,6 +289,12 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end
 
+-- Waiting rooms of the worker (see room.lua). R names a room's keys:
+-- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
+-- entries; R.flows, the flows' finish tags; R.held, the flows held back;
+-- R.aside, the waiters set aside.
+
+
 -- meter_start.lua: the start of a task of the worker under one meter rule
 -- (TokenBucket or GCRA), and its undoing.
 --

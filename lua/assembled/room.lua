@@ -192,6 +192,120 @@ local function cancel(key, ticket, now, debt, cost, tolerance, per_unit, den, en
   return meter_reply(1, debt, tolerance, per_unit, 0, den, now)
 end
 
+-- Waiting rooms of the worker (see room.lua). R names a room's keys:
+-- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
+-- entries; R.flows, the flows' finish tags; R.held, the flows held back;
+-- R.aside, the waiters set aside.
+
+-- room_keep renews the expiry of a room's keys.
+local function room_keep(R, lifetime)
+  for _, key in ipairs({R.room, R.waiters, R.flows, R.held, R.aside}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
+end
+
+-- flow_prefix is what a flow's members of the set aside start with.
+local function flow_prefix(flow)
+  return int(#flow) .. ':' .. flow .. '|'
+end
+
+-- aside_member is a waiter's member in the set aside.
+local function aside_member(flow, tag, id)
+  local digits = int(tag)
+  return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
+end
+
+-- first_aside returns the member of flow's first waiter set aside, or nil.
+local function first_aside(R, flow)
+  local prefix = flow_prefix(flow)
+  local found = redis.call('ZRANGEBYLEX', R.aside, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+  return found[1]
+end
+
+-- bring_back returns flow's first waiter set aside to the room.
+local function bring_back(R, flow)
+  local member = first_aside(R, flow)
+  if member then
+    local at = #flow_prefix(flow)
+    redis.call('ZREM', R.aside, member)
+    redis.call('ZADD', R.room, tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
+  end
+end
+
+-- held_until returns until when flow is held back (0: it is not). A hold
+-- is stored negated once its flow's first waiter set aside was brought
+-- back for its end.
+local function held_until(R, flow)
+  return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- parse_waiter splits a waiting waiter's entry into eligible, flow,
+-- payload, tag and units.
+local function parse_waiter(info)
+  local bar = string.find(info, '|', 1, true)
+  local eligible = tonumber(string.sub(info, 1, bar - 1))
+  local bar2 = string.find(info, '|', bar + 1, true)
+  local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
+  local units = 1
+  if string.sub(info, bar2 + 1, bar2 + 1) == 'u' then
+    local bar3 = string.find(info, '|', bar2 + 1, true)
+    units = tonumber(string.sub(info, bar2 + 2, bar3 - 1))
+    bar2 = bar3
+  end
+  local bar3 = string.find(info, '|', bar2 + 1, true)
+  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
+  local flow = string.sub(info, bar3 + 1, bar3 + length)
+  return eligible, flow, string.sub(info, bar3 + length + 1), tag, units
+end
+
+-- waiting_info writes a waiting waiter's entry.
+local function waiting_info(eligible, tag, units, flow, payload)
+  return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
+end
+
+-- enter_room puts waiter id of flow in a room, to start no sooner than
+-- after us from now, its start taking units; weight 0 queues it first
+-- come, first served, 1 and more share the room fairly between flows (a
+-- flow's tags advance by units × 1,000,000 / weight). A waiter there
+-- already (a task handed over to a copy of itself comes back under a new
+-- asynq ID) keeps its place, tag and release, and takes the new payload
+-- and, waiting, the later soonest start. Returns {waiters in the room and
+-- set aside, 1 if it entered now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
+  local known = redis.call('HGET', R.waiters, id)
+  if known then
+    local released, waiting = '', known
+    if string.sub(known, 1, 1) == '=' then
+      local bar = string.find(known, '|', 1, true)
+      released, waiting = string.sub(known, 1, bar), string.sub(known, bar + 1)
+    end
+    local eligible, old_flow, _, tag = parse_waiter(waiting)
+    if released == '' then
+      eligible = math.max(eligible, now + after)
+    end
+    redis.call('HSET', R.waiters, id, released .. waiting_info(eligible, tag, units, old_flow, payload))
+    room_keep(R, lifetime)
+    return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 0, now}
+  end
+  local tag
+  if weight == 0 then
+    tag = redis.call('HINCRBY', R.flows, '#', 1)
+  else
+    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
+    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
+    tag = math.max(v, finish)
+    redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
+  end
+  if held_until(R, flow) > now then
+    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', R.room, int(tag), id)
+  end
+  redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
+  room_keep(R, lifetime)
+  return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
+end
+
 -- room.lua: the waiting room of one meter key (TokenBucket or GCRA) of the
 -- worker: tasks that could not start wait here, out of asynq's way, and are
 -- released one by one, each with the capacity for its start reserved, as
@@ -283,134 +397,16 @@ end
 -- resign:  ARGV[2] the dispatcher's ID: its lease ends now, if it holds
 --          it. Returns {1 if it held it, now_us}
 
-local SCALE = 1000000 -- a tag's unit: weights divide it
 local SCAN = 64       -- waiters looked at per release for an eligible one
 
 local mode = tonumber(ARGV[1])
 local now = server_now()
 
--- keep renews the expiry of the room's keys.
-local function keep(lifetime)
-  for i = 2, 6 do
-    redis.call('PEXPIRE', KEYS[i], ttl_ms(lifetime))
-  end
-end
-
--- flow_prefix is what a flow's members of the set aside start with.
-local function flow_prefix(flow)
-  return int(#flow) .. ':' .. flow .. '|'
-end
-
--- aside_member is a waiter's member in the set aside.
-local function aside_member(flow, tag, id)
-  local digits = int(tag)
-  return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
-end
-
--- first_aside returns the member of flow's first waiter set aside, or nil.
-local function first_aside(flow)
-  local prefix = flow_prefix(flow)
-  local found = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
-  return found[1]
-end
-
--- bring_back returns flow's first waiter set aside to the room.
-local function bring_back(flow)
-  local member = first_aside(flow)
-  if member then
-    local at = #flow_prefix(flow)
-    redis.call('ZREM', KEYS[6], member)
-    redis.call('ZADD', KEYS[2], tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
-  end
-end
-
--- held_until returns until when flow is held back (0: it is not). A hold
--- is stored negated once its flow's first waiter set aside was brought
--- back for its end.
-local function held_until(flow)
-  return math.abs(tonumber(redis.call('HGET', KEYS[5], flow)) or 0)
-end
-
--- parse splits a waiting waiter's info into eligible, flow, payload, tag
--- and units.
-local function parse(info)
-  local bar = string.find(info, '|', 1, true)
-  local eligible = tonumber(string.sub(info, 1, bar - 1))
-  local bar2 = string.find(info, '|', bar + 1, true)
-  local tag = tonumber(string.sub(info, bar + 1, bar2 - 1))
-  local units = 1
-  if string.sub(info, bar2 + 1, bar2 + 1) == 'u' then
-    local bar3 = string.find(info, '|', bar2 + 1, true)
-    units = tonumber(string.sub(info, bar2 + 2, bar3 - 1))
-    bar2 = bar3
-  end
-  local bar3 = string.find(info, '|', bar2 + 1, true)
-  local length = tonumber(string.sub(info, bar2 + 1, bar3 - 1))
-  local flow = string.sub(info, bar3 + 1, bar3 + length)
-  return eligible, flow, string.sub(info, bar3 + length + 1), tag, units
-end
-
--- waiting_info writes a waiting waiter's info.
-local function waiting_info(eligible, tag, units, flow, payload)
-  return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
-end
+local R = {room = KEYS[2], waiters = KEYS[3], flows = KEYS[4], held = KEYS[5], aside = KEYS[6]}
 
 if mode == 0 then
-  local id, flow, weight = ARGV[2], ARGV[3], tonumber(ARGV[4])
-  local units = math.max(1, tonumber(ARGV[8]) or 1)
-  local known = redis.call('HGET', KEYS[3], id)
-  if known then
-    -- There already (a task handed over to a copy of itself comes back
-    -- under a new asynq ID): it keeps its place, tag and release, and the
-    -- payload becomes the new one; a waiting one may start no sooner than
-    -- asked now.
-    local released, waiting = '', known
-    if string.sub(known, 1, 1) == '=' then
-      local bar = string.find(known, '|', 1, true)
-      released, waiting = string.sub(known, 1, bar), string.sub(known, bar + 1)
-    end
-    local eligible, old_flow, _, tag = parse(waiting)
-    if released == '' then
-      eligible = math.max(eligible, now + tonumber(ARGV[5]))
-    end
-    redis.call('HSET', KEYS[3], id, released .. waiting_info(eligible, tag, units, old_flow, ARGV[6]))
-    keep(tonumber(ARGV[7]))
-    return {redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6]), 0, now}
-  end
-  local tag
-  if weight == 0 then
-    tag = redis.call('HINCRBY', KEYS[4], '#', 1)
-  else
-    local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
-    local finish = tonumber(redis.call('HGET', KEYS[4], flow)) or 0
-    tag = math.max(v, finish)
-    redis.call('HSET', KEYS[4], flow, int(tag + units * math.max(1, floor_div(SCALE, weight))))
-  end
-  if held_until(flow) > now then
-    redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-  else
-    redis.call('ZADD', KEYS[2], int(tag), id)
-  end
-  redis.call('HSET', KEYS[3], id, waiting_info(now + tonumber(ARGV[5]), tag, units, flow, ARGV[6]))
-  keep(tonumber(ARGV[7]))
-  return {redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[6]), 1, now}
-end
-
-if mode == 2 then
-  local id = ARGV[2]
-  local info = redis.call('HGET', KEYS[3], id)
-  local was_in_room = redis.call('ZREM', KEYS[2], id)
-  if info then
-    if string.sub(info, 1, 1) == '=' then
-      info = string.sub(info, string.find(info, '|', 1, true) + 1)
-    end
-    local _, flow, _, tag = parse(info)
-    redis.call('ZREM', KEYS[6], aside_member(flow, tag, id))
-    if was_in_room == 1 and held_until(flow) <= now then
-      bring_back(flow) -- its next waiter takes its place
-    end
-  end
-  return {redis.call('HDEL', KEYS[3], id), now}
+  return enter_room(R, now, ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]),
+    math.max(1, tonumber(ARGV[8]) or 1))
 end
 
 if mode == 4 then
@@ -430,7 +426,7 @@ if mode == 3 then
   local burst, per_unit, den = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   -- The waiting form is kept after the release's end: "=<end>|<waiting>".
   local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
-  local _, flow, _, tag, units = parse(waiting)
+  local _, flow, _, tag, units = parse_waiter(waiting)
   local debt = ticks_until(KEYS[1], now, per_unit, den)
   cancel(KEYS[1], nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
   redis.call('HSET', KEYS[3], id, waiting)
@@ -443,7 +439,7 @@ if mode == 3 then
   else
     redis.call('ZADD', KEYS[2], int(tag), id)
   end
-  keep(tonumber(ARGV[11]))
+  room_keep(R, tonumber(ARGV[11]))
   return {1, now}
 end
 
@@ -460,7 +456,7 @@ local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(A
 local lead = tonumber(ARGV[6])
 for i = 11, #ARGV - 1, 2 do
   local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
-  if until_us > now and until_us > held_until(flow) then
+  if until_us > now and until_us > held_until(R, flow) then
     redis.call('HSET', KEYS[5], flow, int(until_us))
     redis.call('PEXPIRE', KEYS[5], ttl_ms(tonumber(ARGV[7])))
   end
@@ -490,8 +486,8 @@ local function release(id, info, flow, payload, tag, units)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
   local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
-  bring_back(flow)
-  keep(tonumber(ARGV[7]))
+  bring_back(R, flow)
+  room_keep(R, tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
   return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units}
@@ -522,7 +518,7 @@ for i = 1, #holds, 2 do
   local until_us = math.abs(raw)
   if until_us <= horizon then
     if raw > 0 or until_us <= now then
-      bring_back(flow)
+      bring_back(R, flow)
     end
     if until_us <= now then
       redis.call('HDEL', KEYS[5], flow)
@@ -548,8 +544,8 @@ for _ = 1, 4 do
     if not info or string.sub(info, 1, 1) == '=' then
       redis.call('ZREM', KEYS[2], id) -- left, expired, or released
     else
-      local eligible, flow, payload, tag, units = parse(info)
-      local held_back = held_until(flow)
+      local eligible, flow, payload, tag, units = parse_waiter(info)
+      local held_back = held_until(R, flow)
       if held_back > horizon then
         redis.call('ZREM', KEYS[2], id)
         redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))

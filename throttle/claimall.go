@@ -1,0 +1,139 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/redis/go-redis/v9"
+)
+
+// claimAll is [gate.ClaimAll]: one meter_claim.lua call for every meter
+// when they decide on one client of one Redis server, else a call per
+// meter.
+func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (gate.Claimed, error) {
+	if len(parts) == 0 {
+		return gate.Claimed{}, nil
+	}
+	if parts[0].Req.Held != gate.HeldByRoom {
+		entry = nil
+	}
+	meters := make([]*Limiter, len(parts))
+	specs := make([]*spec, len(parts))
+	together := true
+	for i, p := range parts {
+		l, sp, err := meterFor(ctx, p.Limiter, p.Req.Key)
+		if err == nil {
+			err = validRequest(p.Req.Key, p.Req.N, sp.capacity)
+		}
+		if err != nil {
+			return gate.Claimed{}, err
+		}
+		meters[i], specs[i] = l, sp
+		together = together && l.client == meters[0].client
+	}
+	if _, single := meters[0].client.(*redis.Client); !together || !single || (len(parts) == 1 && entry == nil) {
+		return claimInTurn(ctx, parts, entry)
+	}
+	began := meters[0].began()
+	var keys []string
+	args := []any{"2"}
+	for i, p := range parts {
+		keys = append(keys, meters[i].claimKeys(p.Req)...)
+		args = append(args, claimArgs(specs[i], p.Req)...)
+	}
+	if entry != nil {
+		state := meters[0].Key(parts[0].Req.Key)
+		keys = append(keys, state+flowsSuffix, state+heldSuffix)
+		args = append(args, entry.Flow, strconv.Itoa(entry.Weight), itoa(max(0, entry.Late.Microseconds())), entry.Payload)
+	}
+	values, err := meters[0].evalValues(ctx, meterClaimScript, keys, args)
+	var out gate.Claimed
+	for i := 0; err == nil && 6*i+6 <= len(values) && i < len(parts); i++ {
+		var c gate.Claim
+		if c, err = claimOf(values[6*i:]); err == nil {
+			out.Claims = append(out.Claims, c)
+		}
+	}
+	if rest := len(values) - 6*len(out.Claims); err == nil && rest == 3 {
+		var size int64
+		size, err = asInt(values[len(values)-3])
+		out.Entered, out.Waiters = true, int(size)
+	}
+	if err == nil && len(out.Claims) == 0 {
+		err = fmt.Errorf("meter_claim.lua returned %d values for %d meters", len(values), len(parts))
+	}
+	if err != nil {
+		return gate.Claimed{}, meters[0].unavailable(ctx, err)
+	}
+	for i, c := range out.Claims {
+		if parts[i].Req.Held != gate.HeldByTicket { // a booking was reported when it was made
+			meters[i].observeGate(ctx, parts[i].Req.Key, parts[i].Req.N, began, specs[i], c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, nil)
+		}
+	}
+	return out, nil
+}
+
+// claimInTurn claims under each meter in turn, and enters the room, as
+// claimAll does in one call.
+func claimInTurn(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (gate.Claimed, error) {
+	var out gate.Claimed
+	giveBack := func() {
+		for i := len(out.Claims) - 1; i >= 0; i-- {
+			p := parts[i]
+			_ = undoClaim(ctx, p.Limiter, p.Req.Key, p.Req.N, p.Req.Held, p.Req.Ticket, out.Claims[i])
+		}
+	}
+	for i, p := range parts {
+		req := p.Req
+		if i > 0 {
+			req.At = out.Claims[0].Slot
+		}
+		c, err := claim(ctx, p.Limiter, req)
+		if err != nil {
+			giveBack()
+			return gate.Claimed{}, err
+		}
+		if c.Status == gate.Taken || c.Status == gate.Admitted {
+			out.Claims = append(out.Claims, c)
+			continue
+		}
+		giveBack()
+		out.Claims = append(out.Claims, c)
+		if entry == nil || (i > 0 && out.Claims[0].Status == gate.Admitted) {
+			return out, nil
+		}
+		var after time.Duration
+		switch {
+		case i == 0 && c.Status == gate.Late:
+			after = entry.Late
+		case i > 0:
+			after = max(0, c.Wait)
+		}
+		first := parts[0].Req
+		size, err := enterRoom(ctx, parts[0].Limiter, first.Key, first.Ticket, entry.Flow, entry.Weight, first.N, after, entry.Payload)
+		if err != nil {
+			return gate.Claimed{}, err
+		}
+		out.Entered, out.Waiters = true, size
+		return out, nil
+	}
+	return out, nil
+}
+
+// claimKeys returns the six keys of one meter of a claim under several
+// (meter_claim.lua's mode 2): those its request uses, then keys of its
+// own it leaves alone.
+func (l *Limiter) claimKeys(req gate.ClaimRequest) []string {
+	keys := l.startKeys(req.Key, req.Held, req.Ticket)
+	state := l.Key(req.Key)
+	for _, pad := range []string{state + waitersSuffix, state + roomSuffix, state + asideSuffix} {
+		if len(keys) == 6 {
+			break
+		}
+		keys = append(keys, pad)
+	}
+	return keys
+}

@@ -1,0 +1,138 @@
+package throttle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	workergate "github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
+	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
+)
+
+// otherClient hides that a client is a *redis.Client, as a Cluster's or a
+// wrapped one would: claims under several meters then go one call a meter.
+type otherClient struct{ redis.UniversalClient }
+
+// callCounter counts the commands a client sends.
+type callCounter struct{ n int }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n++
+		return next(ctx, cmd)
+	}
+}
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n++
+		return next(ctx, cmds)
+	}
+}
+
+// TestClaimAllIsAllOrNothing: a start claimed under two meters (20/s
+// overall, 10/s for a tenant) takes both at one slot; a second start of the
+// same tenant right after finds the overall meter's next start (50 ms
+// later) but no room for the tenant then: it is refused with the tenant's
+// soonest room (100 ms), and the overall meter keeps nothing of it, so its
+// next start is still 50 ms after the first. The same in one round trip
+// (one Redis server) and in a call per meter (any other client).
+func TestClaimAllIsAllOrNothing(t *testing.T) {
+	for _, together := range []bool{true, false} {
+		name := map[bool]string{true: "one call", false: "a call per meter"}[together]
+		t.Run(name, func(t *testing.T) {
+			tg := redistest.Embedded(t)
+			clock := tg.Clock(t)
+			calls := &callCounter{}
+			single := redis.NewClient(&redis.Options{Addr: tg.Mini.Addr()})
+			single.AddHook(calls)
+			t.Cleanup(func() { single.Close() })
+			var client redis.UniversalClient = single
+			if !together {
+				client = otherClient{single}
+			}
+			meter := func(rate int) *throttle.Limiter {
+				l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			overall, tenant := meter(20), meter(10)
+			ctx := context.Background()
+			claim := func(parts ...workergate.ClaimPart) []workergate.Claim {
+				t.Helper()
+				claimed, err := workergate.ClaimAll(ctx, parts, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return claimed.Claims
+			}
+			fresh := func(l *throttle.Limiter, key string) workergate.ClaimPart {
+				return workergate.ClaimPart{Limiter: l, Req: workergate.ClaimRequest{Key: key, N: 1, MaxWait: time.Second}}
+			}
+			now := clock.Now()
+			first := claim(fresh(overall, "all"), fresh(tenant, "acme"))
+			if len(first) != 2 || first[0].Status != workergate.Taken || first[1].Status != workergate.Taken || !first[1].Slot.Equal(first[0].Slot) || !first[0].Slot.Equal(now) {
+				t.Fatalf("first start: %+v; want both meters taken now, at one slot", first)
+			}
+			calls.n = 0
+			second := claim(fresh(overall, "all"), fresh(tenant, "acme"))
+			if want := map[bool]int{true: 1, false: 3}[together]; calls.n != want {
+				t.Errorf("the refused start took %d round trips, want %d", calls.n, want)
+			}
+			if len(second) != 2 || second[0].Status != workergate.Taken || second[1].Status != workergate.NoCapacity ||
+				!second[1].Slot.Equal(now.Add(100*time.Millisecond)) {
+				t.Fatalf("second start of the tenant: %+v; want the overall start taken, then the tenant refused till %s", second, now.Add(100*time.Millisecond))
+			}
+			other := claim(fresh(overall, "all"), fresh(tenant, "bolt"))
+			if len(other) != 2 || other[0].Status != workergate.Taken || !other[0].Slot.Equal(now.Add(50*time.Millisecond)) {
+				t.Fatalf("another tenant's start: %+v; want the overall meter's next start, 50ms after the first (nothing kept of the refused one)", other)
+			}
+		})
+	}
+}
+
+// TestClaimAllEntersTheRoom: a task refused by a room's meter enters the
+// room in the same call, with its flow and payload, and a release lets it
+// out; one admitted does not enter. The same in one round trip and in a
+// call per meter.
+func TestClaimAllEntersTheRoom(t *testing.T) {
+	for _, together := range []bool{true, false} {
+		name := map[bool]string{true: "one call", false: "a call per meter"}[together]
+		t.Run(name, func(t *testing.T) {
+			tg := redistest.Embedded(t)
+			tg.Clock(t)
+			var client redis.UniversalClient = tg.Client
+			if !together {
+				client = otherClient{tg.Client}
+			}
+			overall, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			claim := func(waiter string) workergate.Claimed {
+				t.Helper()
+				part := workergate.ClaimPart{Limiter: overall, Req: workergate.ClaimRequest{Key: "all", N: 1, Held: workergate.HeldByRoom, Ticket: waiter}}
+				got, err := workergate.ClaimAll(ctx, []workergate.ClaimPart{part}, &workergate.Entry{Flow: "acme", Weight: 1, Payload: "payload of " + waiter})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			if got := claim("w1"); got.Entered || got.Claims[0].Status != workergate.Taken {
+				t.Fatalf("first: %+v; want its start taken, not entered", got)
+			}
+			if got := claim("w2"); !got.Entered || got.Waiters != 1 || got.Claims[0].Status != workergate.NoCapacity {
+				t.Fatalf("second, with no wait allowed: %+v; want it refused and in the room, alone", got)
+			}
+			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{})
+			if err != nil || !rel.OK || rel.Waiter != "w2" || rel.Flow != "acme" || rel.Payload != "payload of w2" {
+				t.Fatalf("release: %+v, %v; want w2 of flow acme let out, with its payload", rel, err)
+			}
+		})
+	}
+}
