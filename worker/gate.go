@@ -78,7 +78,7 @@ type refusal struct {
 	// already, with waiters in the room then.
 	entered bool
 	waiters int
-	err   error // set when Redis could not decide
+	err     error // set when Redis could not decide
 }
 
 // What a refused task does.
