@@ -21,6 +21,8 @@ import (
 // the scenario's rules) work through the scenario's tasks on one Redis,
 // and the benchmark prints what the fleet achieved and what it cost Redis,
 // beside the same fleet without the middleware (plain asynq) and at rest.
+// JT_FLEET_DETAIL=1 has each worker process print its library round trips
+// by script or command to stderr when it stops.
 //
 //	cd bench && go run . fleet                      # starts a redis-server on loopback
 //	cd bench && go run . fleet -n 1,4 -scale 0.25   # a quicker run
@@ -32,6 +34,8 @@ func fleetMain(args []string) error {
 	only := fs.String("scenarios", "", "scenarios to run, comma-separated; empty: all")
 	scale := fs.Float64("scale", 1, "fraction of each scenario's tasks to run (0.25 for a quick look)")
 	idleFor := fs.Duration("idle", 3*time.Second, "how long each fleet is watched at rest before its tasks are enqueued")
+	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
+	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
 	_ = fs.Parse(args)
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -76,7 +80,10 @@ func fleetMain(args []string) error {
 		var rows []fleetRow
 		for _, n := range ns {
 			for _, plain := range []bool{false, true} {
-				res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor)
+				if plain && !*withPlain {
+					continue
+				}
+				res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, *poll)
 				if err != nil {
 					return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
 				}
@@ -119,7 +126,7 @@ type fleetResult struct {
 // runFleet starts n worker processes of sc (plain: without the
 // middleware), watches them at rest, enqueues sc's tasks into a paused
 // queue, lets them go and waits until every task has run.
-func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration) (fleetResult, error) {
+func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, poll string) (fleetResult, error) {
 	var res fleetResult
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		return res, err
@@ -160,6 +167,9 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		c.Env = append(os.Environ(), childScenario+"="+sc.name, childAddr+"="+addr)
 		if plain {
 			c.Env = append(c.Env, childPlain+"=1")
+		}
+		if poll != "" {
+			c.Env = append(c.Env, childPoll+"="+poll)
 		}
 		c.Stderr = os.Stderr
 		in, err := c.StdinPipe()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,9 @@ const (
 	childScenario = "JT_FLEET_SCENARIO" // the scenario's name; set only in a child
 	childAddr     = "JT_FLEET_ADDR"
 	childPlain    = "JT_FLEET_PLAIN" // "1": no middleware, asynq alone
+	// "<TaskCheckInterval>,<DelayedTaskCheckInterval>" for asynq's Config;
+	// unset: what Configure sets (or asynq's defaults, plain)
+	childPoll = "JT_FLEET_POLL"
 )
 
 // fleetQueue is the one queue the fleet's tasks go to.
@@ -57,6 +61,10 @@ func fleetChild() int {
 		_ = out.Flush()
 	}
 	cfg := asynq.Config{Concurrency: 10, Queues: map[string]int{fleetQueue: 1}, LogLevel: asynq.FatalLevel}
+	if poll, forward, ok := strings.Cut(os.Getenv(childPoll), ","); ok {
+		cfg.TaskCheckInterval, _ = time.ParseDuration(poll)
+		cfg.DelayedTaskCheckInterval, _ = time.ParseDuration(forward)
+	}
 	var h asynq.Handler = asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		var p struct{ Tenant string }
 		_ = json.Unmarshal(task.Payload(), &p)

@@ -59,9 +59,14 @@ func (t *Throttler) watchLeases(ctx context.Context, tk *task, p *pass) (running
 
 // giveBackLeases releases the pass's leases once the handler has ended,
 // however it ended; bookings were used and stay. Each release is waited
-// for while ctx lives, and finishes in the background after it ends.
-func (p *pass) giveBackLeases(ctx context.Context) {
+// for while ctx lives, and finishes in the background after it ends. It
+// reports whether Redis answered every release.
+func (p *pass) giveBackLeases(ctx context.Context) bool {
+	answered := true
 	for _, lease := range p.leases {
-		_ = lease.Release(ctx)
+		if err := lease.Release(ctx); err != nil || lease.Degraded() {
+			answered = false
+		}
 	}
+	return answered
 }

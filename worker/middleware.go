@@ -79,7 +79,9 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 			// gave it: a gauge kept from the events never shows more leases
 			// than Redis holds.
 			t.observeLeases(tk, p, LeaseReleased)
-			p.giveBackLeases(ctx)
+			if p.giveBackLeases(ctx) {
+				t.noteAnswer() // Redis is up: the task need not ask it again
+			}
 		}
 		if l != nil && err != nil {
 			// The handler was stopped because its slot was no longer its
