@@ -103,7 +103,8 @@ type fleetEvent struct {
 	kind   string // READY, S (a start), D (an end), R (round trips)
 	at     int64  // S: when, Unix ns
 	tenant string // S
-	n      int64  // R
+	n      int64  // R: round trips
+	pings  int64  // R: PINGs among them
 }
 
 // fleetStart is one handler start.
@@ -117,6 +118,7 @@ type fleetResult struct {
 	tasks      int
 	starts     []fleetStart
 	trips      int64
+	pings      int64 // of trips: settle's PINGs (worker.WithSettle)
 	base       rates // Redis with no worker process
 	idle       rates // the fleet at rest
 	run        rates // the fleet at work
@@ -186,24 +188,24 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		stdins, cmds = append(stdins, in), append(cmds, c)
 		go readEvents(out, events)
 	}
-	ask := func() (int64, error) {
+	ask := func() (int64, int64, error) {
 		for _, in := range stdins {
 			if _, err := fmt.Fprintln(in.(interface{ Write([]byte) (int, error) }), "count"); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
-		var sum int64
+		var sum, pings int64
 		for got := 0; got < n; {
 			e, err := next(events, 30*time.Second)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if e.kind == "R" {
-				sum += e.n
+				sum, pings = sum+e.n, pings+e.pings
 				got++
 			}
 		}
-		return sum, nil
+		return sum, pings, nil
 	}
 	for ready := 0; ready < n; {
 		e, err := next(events, 60*time.Second)
@@ -225,7 +227,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 			return res, err
 		}
 	}
-	before, err := ask()
+	before, pingsBefore, err := ask()
 	if err != nil {
 		return res, err
 	}
@@ -253,11 +255,11 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if err != nil {
 		return res, err
 	}
-	after, err := ask()
+	after, pingsAfter, err := ask()
 	if err != nil {
 		return res, err
 	}
-	res.tasks, res.trips = sc.tasks, after-before
+	res.tasks, res.trips, res.pings = sc.tasks, after-before, pingsAfter-pingsBefore
 	res.run, res.runElapsed = to.since(from), to.at.Sub(from.at)
 	return res, nil
 }
@@ -275,8 +277,9 @@ func readEvents(out interface{ Read([]byte) (int, error) }, events chan<- fleetE
 		case e.kind == "S" && len(f) == 3:
 			e.at, _ = strconv.ParseInt(f[1], 10, 64)
 			e.tenant = f[2]
-		case e.kind == "R" && len(f) == 2:
+		case e.kind == "R" && len(f) == 3:
 			e.n, _ = strconv.ParseInt(f[1], 10, 64)
+			e.pings, _ = strconv.ParseInt(f[2], 10, 64)
 		}
 		events <- e
 	}

@@ -34,7 +34,7 @@ const fleetQueue = "fleet"
 // <tenant>") and end ("D") on stdout, behind the scenario's rules unless
 // plain. The library's limiters and Throttler use a client of their own,
 // so that their round trips are counted apart from asynq's; "count" on
-// stdin prints them ("R <n>"). It stops when stdin ends.
+// stdin prints them, and the PINGs among them ("R <n> <pings>"). It stops when stdin ends.
 func fleetChild() int {
 	sc, ok := scenarioNamed(os.Getenv(childScenario))
 	if !ok {
@@ -95,7 +95,7 @@ func fleetChild() int {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "count" {
-			say("R %d", trips.n.Load())
+			say("R %d %d", trips.n.Load(), trips.pings.Load())
 		}
 	}
 	srv.Shutdown()

@@ -13,13 +13,16 @@ import (
 // counter counts the round trips a client makes: commands and pipelines,
 // but for those go-redis sends itself when it opens a connection (HELLO,
 // CLIENT SETINFO, AUTH, SELECT), which its callers do not ask for.
-type counter struct{ n atomic.Int64 }
+type counter struct{ n, pings atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if !connectionSetup(cmd) {
 			c.n.Add(1)
+		}
+		if cmd.Name() == "ping" {
+			c.pings.Add(1)
 		}
 		return next(ctx, cmd)
 	}

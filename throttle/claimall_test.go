@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,18 +17,18 @@ import (
 type otherClient struct{ redis.UniversalClient }
 
 // callCounter counts the commands a client sends.
-type callCounter struct{ n int }
+type callCounter struct{ n atomic.Int64 }
 
 func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n++
+		c.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
 func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n++
+		c.n.Add(1)
 		return next(ctx, cmds)
 	}
 }
@@ -78,10 +79,10 @@ func TestClaimAllIsAllOrNothing(t *testing.T) {
 			if len(first) != 2 || first[0].Status != workergate.Taken || first[1].Status != workergate.Taken || !first[1].Slot.Equal(first[0].Slot) || !first[0].Slot.Equal(now) {
 				t.Fatalf("first start: %+v; want both meters taken now, at one slot", first)
 			}
-			calls.n = 0
+			before := calls.n.Load()
 			second := claim(fresh(overall, "all"), fresh(tenant, "acme"))
-			if want := map[bool]int{true: 1, false: 3}[together]; calls.n != want {
-				t.Errorf("the refused start took %d round trips, want %d", calls.n, want)
+			if want := map[bool]int64{true: 1, false: 3}[together]; calls.n.Load()-before != want {
+				t.Errorf("the refused start took %d round trips, want %d", calls.n.Load()-before, want)
 			}
 			if len(second) != 2 || second[0].Status != workergate.Taken || second[1].Status != workergate.NoCapacity ||
 				!second[1].Slot.Equal(now.Add(100*time.Millisecond)) {

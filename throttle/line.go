@@ -145,7 +145,13 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		}
 		refresh := time.NewTimer(lineRefresh)
 		select {
-		case <-woken:
+		case granted := <-woken:
+			if granted {
+				// A release handed it the slot: its lease runs from after
+				// this call was sent.
+				refresh.Stop()
+				return startLease(c, key, holder, sent), 0, nil
+			}
 		case <-refresh.C:
 		case <-deadline:
 			refresh.Stop()
@@ -237,7 +243,7 @@ func intsOf(values []any, n int) ([]int64, error) {
 
 // wakes returns the limiter's subscriber, made on first use.
 func (c *ConcurrencyLimiter) wakes() *waker {
-	c.wakerOnce.Do(func() { c.waker = &waker{client: c.client, waiters: map[string]map[string]chan struct{}{}} })
+	c.wakerOnce.Do(func() { c.waker = &waker{client: c.client, waiters: map[string]map[string]chan bool{}} })
 	return c.waker
 }
 
@@ -250,13 +256,13 @@ type waker struct {
 
 	mu      sync.Mutex
 	ps      *redis.PubSub
-	waiters map[string]map[string]chan struct{} // channel -> waiter -> its signal
+	waiters map[string]map[string]chan bool // channel -> waiter -> its signal: true when handed a slot
 }
 
 // join subscribes waiter to channel and returns its signal and the function
 // that unsubscribes it.
-func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
-	signal := make(chan struct{}, 1)
+func (w *waker) join(channel, waiter string) (<-chan bool, func()) {
+	signal := make(chan bool, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ps == nil {
@@ -264,7 +270,7 @@ func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
 		go w.deliver(w.ps)
 	}
 	if w.waiters[channel] == nil {
-		w.waiters[channel] = map[string]chan struct{}{}
+		w.waiters[channel] = map[string]chan bool{}
 		_ = w.ps.Subscribe(context.Background(), channel)
 	}
 	w.waiters[channel][waiter] = signal
@@ -289,10 +295,11 @@ func (w *waker) deliver(ps *redis.PubSub) {
 	for msg := range ps.Channel() {
 		w.mu.Lock()
 		for _, id := range strings.Split(msg.Payload, ",") {
+			id, granted := strings.CutPrefix(id, "+")
 			if signal, ok := w.waiters[msg.Channel][id]; ok {
 				select {
-				case signal <- struct{}{}:
-				default:
+				case signal <- granted:
+				default: // a signal waits already: the waiter asks, and learns it
 				}
 			}
 		}

@@ -214,3 +214,55 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 		t.Fatalf("Acquire after the parked waiters ran out: %v; want the slot", err)
 	}
 }
+
+// TestReleaseHandsTheSlotOver: a release hands the freed slot to the
+// first waiter in line, which learns it from the release's message and
+// holds the slot without asking again: one call of its own in all (the
+// one that stood it in line); the slot is held for it meanwhile, so
+// Acquire gets nothing.
+func TestReleaseHandsTheSlotOver(t *testing.T) {
+	tg := redistest.New(t)
+	holder := capOf(t, tg, 1)
+	calls := &callCounter{}
+	own := tg.NewClient(t)
+	own.AddHook(calls)
+	waiter := newConcurrency(t, own, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	ctx := context.Background()
+	held, _, err := holder.Acquire(ctx, "k")
+	if err != nil || held == nil {
+		t.Fatalf("Acquire: %v, %v", held, err)
+	}
+	got := make(chan *throttle.Lease, 1)
+	go func() {
+		l, err := waiter.AcquireWait(ctx, "k")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitAhead(t, holder, "k", 1)
+	channel := holder.Key("k") + ":wake"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, err := tg.Client.PubSubNumSub(ctx, channel).Result(); err == nil && n[channel] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never listened on its key's channel")
+		}
+	}
+	before := calls.n.Load()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+	if asked := calls.n.Load() - before; asked != 0 {
+		t.Errorf("the waiter asked %d more times after the release; want none: the release hands it the slot", asked)
+	}
+	if again, _, err := holder.Acquire(ctx, "k"); err != nil || again != nil {
+		t.Errorf("Acquire while the slot is the waiter's: %v, %v; want none", again, err)
+	}
+}

@@ -52,8 +52,10 @@ end
 -- drops out too. While anyone waits, a slot goes to the first waiters in
 -- line, not to a caller that does not wait.
 --
--- A waiter waits in one of three ways: inline ('i'), woken by a message on
--- the key's channel when a slot is freed for it; parked ('p'), away (a
+-- A waiter waits in one of three ways: inline ('i'), handed a slot by the
+-- release that frees it and told so by a message on the key's channel
+-- ("+<waiter id>"; its entry's payload names the holder it waits as);
+-- parked ('p'), away (a
 -- task sent back to its queue), with a payload that says where; or called
 -- ('c'): a parked waiter near the head of the line, whose payload a release
 -- hands to its caller to bring it back in time. A freed slot goes to the
@@ -84,7 +86,8 @@ end
 --          release: ok = the lease was still held (0: it had expired);
 --            the payloads of the waiters called follow
 --          renew: ok = the lease was still held and now runs lease again
---          wait: ok = acquired (the waiter leaves the line); else a sixth
+--          wait: ok = acquired (the waiter leaves the line; or a release
+--            handed it the slot already); else a sixth
 --            value, the waiters there (inline) ahead of it, and a seventh,
 --            1 when it had been called
 --          park, leave: ok = it stood in line; the payloads of the
@@ -166,9 +169,11 @@ local function keep(ttl)
   end
 end
 
--- wake hands the free slots to the first waiters in line: inline ones are
--- woken on the channel, and parked ones as far as `ahead` beyond the free
--- slots are called (their payloads returned).
+-- wake hands the free slots to the first waiters in line: inline ones get
+-- them, and are told on the channel (one whose entry names no holder, as
+-- an earlier version wrote, is only woken there, to ask), and parked ones
+-- as far as `ahead` beyond the free slots are called (their payloads
+-- returned).
 local function wake(reply, channel, ahead)
   local free = limit - live()
   if free <= 0 and ahead <= 0 then
@@ -180,6 +185,14 @@ local function wake(reply, channel, ahead)
       return true
     end
     if way == 'i' and #woken < free then
+      if payload ~= '' then
+        -- Handed over: the slot is the waiter's holder's now, and the
+        -- message tells it so ("+").
+        redis.call('ZADD', KEYS[1], int(now + lease), payload)
+        redis.call('ZREM', KEYS[2], id)
+        redis.call('HDEL', KEYS[3], id)
+        id = '+' .. id
+      end
       woken[#woken + 1] = id
     elseif way == 'p' and position < free + ahead then
       local info = redis.call('HGET', KEYS[3], id)
@@ -244,6 +257,11 @@ end
 
 if mode == MODE_WAIT then
   local id, ttl = ARGV[6], tonumber(ARGV[5])
+  local since = tonumber(redis.call('ZSCORE', KEYS[1], holder))
+  if since and since > now then
+    -- A release handed it a slot (its message may have been lost).
+    return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0}
+  end
   local info = redis.call('HGET', KEYS[3], id)
   local called = 0
   if info then
@@ -251,11 +269,11 @@ if mode == MODE_WAIT then
     if way == 'c' then
       called = 1
     end
-    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. payload)
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   else
     local order = redis.call('HINCRBY', KEYS[3], '#', 1)
     redis.call('ZADD', KEYS[2], order, id)
-    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|')
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   end
   keep(ttl)
   local ahead = 0 -- waiters in line before it, and here: those away do not count
