@@ -413,3 +413,67 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   room_keep(R, lifetime)
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
+
+-- put_back returns a released waiter id of a room to its place: the
+-- release's capacity (units, ending at end_us and end_ticks) given back to
+-- the room's meter at state as far as nothing later stands on it (see
+-- cancel), its waiting entry restored, and its flow held back until
+-- until_us (Unix us; 0: not), its waiter set aside meanwhile. Returns 1,
+-- or 0 when it was used meanwhile, or is gone.
+local function put_back(R, state, now, id, burst, per_unit, den, end_us, end_ticks, until_us, lifetime)
+  local info = redis.call('HGET', R.waiters, id)
+  if not info or string.sub(info, 1, 1) ~= '=' then
+    return 0
+  end
+  -- The waiting form is kept after the release's end: "=<end>|<waiting>".
+  local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
+  local _, flow, _, tag, units = parse_waiter(waiting)
+  local debt = ticks_until(state, now, per_unit, den)
+  cancel(state, nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, end_us, end_ticks)
+  redis.call('HSET', R.waiters, id, waiting)
+  if until_us > now then
+    redis.call('HSET', R.held, flow, int(until_us))
+    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', R.room, int(tag), id)
+  end
+  room_keep(R, lifetime)
+  return 1
+end
+
+-- book_at books n units of a meter for a ticket at the instant at (Unix
+-- us), or up to max_wait ticks after it, and after the key's starts (see
+-- meter_start.lua); the ticket's standing booking for another instant is
+-- given back first, and one for this instant is returned as it is. K:
+-- {the meter's instant, the ticket, the generation of the key's tickets,
+-- the starts instant}. Returns reserve's reply.
+local function book_at(K, now, n, burst, per_unit, den, max_wait, grace, at)
+  local tolerance, cost = burst * per_unit, n * per_unit
+  local debt = ticks_until(K[1], now, per_unit, den)
+  local held = load_state(K[2])
+  if held and held[4] == tonumber(redis.call('GET', K[3]))
+    and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
+    cancel(K[1], K[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
+    debt = ticks_until(K[1], now, per_unit, den)
+  end
+  debt = math.max(debt, ticks_until(K[4], now, per_unit, den))
+  local from = math.max(0, (at - now) * den)
+  return reserve(K[1], K[2], K[3], now, debt, cost, tolerance, per_unit, den, max_wait + from, grace, from)
+end
+
+-- move_to_head moves asynq task id from its queue's retry or scheduled set
+-- to the head of the queue (asynq v0.26's keys: retry, scheduled, pending
+-- and the task's hash, all in the queue's Cluster slot), marking it
+-- pending since now_ns. Returns 1 moved, 2 not there yet (still active:
+-- its handler has not returned), 0 gone (run, moved by asynq, deleted).
+local function move_to_head(retry, scheduled, pending, task, id, now_ns)
+  if redis.call('ZREM', retry, id) == 1 or redis.call('ZREM', scheduled, id) == 1 then
+    redis.call('RPUSH', pending, id) -- the head: workers pop from the right
+    redis.call('HSET', task, 'state', 'pending', 'pending_since', now_ns)
+    return 1
+  end
+  if redis.call('HGET', task, 'state') == 'active' then
+    return 2
+  end
+  return 0
+end

@@ -8,8 +8,10 @@
 --
 -- A waiter waits in one of three ways: inline ('i'), handed a slot by the
 -- release that frees it and told so by a message on the key's channel
--- ("+<waiter id>"; its entry's payload names the holder it waits as);
--- parked ('p'), away (a
+-- ("+<waiter id>"; its entry's payload names the holder it waits as, and
+-- its entry stays, granted ('g'), out of the line, until it comes for the
+-- slot, or leaves or parks instead, giving the slot back); parked ('p'),
+-- away (a
 -- task sent back to its queue), with a payload that says where; or called
 -- ('c'): a parked waiter near the head of the line, whose payload a release
 -- hands to its caller to bring it back in time. A freed slot goes to the
@@ -141,10 +143,12 @@ local function wake(reply, channel, ahead)
     if way == 'i' and #woken < free then
       if payload ~= '' then
         -- Handed over: the slot is the waiter's holder's now, and the
-        -- message tells it so ("+").
+        -- message tells it so ("+"). Its entry stays, granted ('g'), out
+        -- of the line, until it comes for the slot or leaves (giving the
+        -- slot back).
         redis.call('ZADD', KEYS[1], int(now + lease), payload)
         redis.call('ZREM', KEYS[2], id)
-        redis.call('HDEL', KEYS[3], id)
+        redis.call('HSET', KEYS[3], id, int(now + lease) .. '|g|' .. payload)
         id = '+' .. id
       end
       woken[#woken + 1] = id
@@ -185,6 +189,19 @@ end
 if mode == MODE_PARK or mode == MODE_LEAVE then
   local id = ARGV[2]
   local there = redis.call('HEXISTS', KEYS[3], id)
+  local info = redis.call('HGET', KEYS[3], id)
+  if info then
+    local _, way, payload = entry(info)
+    if way == 'g' then
+      -- Handed a slot it will not use (it left, or parks): the slot is
+      -- given back, and a waiter that parks stands at the head of the line.
+      redis.call('ZREM', KEYS[1], payload)
+      if mode == MODE_PARK then
+        local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+        redis.call('ZADD', KEYS[2], (tonumber(head[2]) or 1) - 1, id)
+      end
+    end
+  end
   if mode == MODE_LEAVE then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
@@ -214,6 +231,7 @@ if mode == MODE_WAIT then
   local since = tonumber(redis.call('ZSCORE', KEYS[1], holder))
   if since and since > now then
     -- A release handed it a slot (its message may have been lost).
+    redis.call('HDEL', KEYS[3], id)
     return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0}
   end
   local info = redis.call('HGET', KEYS[3], id)

@@ -50,15 +50,7 @@ if mode == MODE_RESERVE then
   if at > 0 then
     -- The ticket's standing booking for another instant (its task waited
     -- again since) is given back first: the booking is at the instant.
-    local held = load_state(KEYS[2])
-    if held and held[4] == tonumber(redis.call('GET', KEYS[3]))
-      and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
-      cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
-      debt = ticks_until(KEYS[1], now, per_unit, den)
-    end
-    debt = math.max(debt, ticks_until(KEYS[4], now, per_unit, den))
-    local from = math.max(0, (at - now) * den)
-    not_before, max_wait = math.max(not_before, from), max_wait + from
+    return book_at({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, now, n, burst, per_unit, den, max_wait, tonumber(ARGV[7]), at)
   end
   return reserve(KEYS[1], KEYS[2], KEYS[3], now, debt, cost, tolerance, per_unit, den,
     max_wait, tonumber(ARGV[7]), not_before)

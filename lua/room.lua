@@ -65,14 +65,30 @@
 --          its start goes unused; ARGV[9] the dispatcher's ID (empty: no
 --          lease is asked), ARGV[10] how long its lease lasts, us: a
 --          release by another dispatcher while the lease lasts releases
---          nothing, and each release of the holder renews it; ARGV[11],
---          ARGV[12], ... pairs of a flow and an instant, Unix us: the flow
+--          nothing, and each release of the holder renews it;
+--          ARGV[11] the waiter prepared for ("": none), ARGV[12] its task's
+--          asynq ID, ARGV[13] now in Unix ns (for asynq), ARGV[14] P, its
+--          other meters; then five ARGV for each of them: units, burst,
+--          num, den, grace (ticks); when that waiter is let out, its slot
+--          is booked on each of those meters by its ID (see common.lua's
+--          book_at; KEYS[13] on, four a meter: its instant, the ticket,
+--          the tickets' generation, its starts) and its task moved to the
+--          head of its queue (KEYS[9] to KEYS[12]: asynq's retry,
+--          scheduled and pending keys of its queue and the task's hash);
+--          a meter with no room at the slot puts the waiter back (as put
+--          back does) and holds its flow until the meter has room, and the
+--          release lets nobody out (due now);
+--          then pairs of a flow and an instant, Unix us: the flow
 --          is held back until then first (its own limit has no room before;
 --          a hold that ends sooner than the flow's standing one changes
 --          nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
---          end ticks, flow, now_us, next_us, units} for a waiter released
---          (next_us: when the next may be); {0, due_us, now_us} otherwise,
+--          end ticks, flow, now_us, next_us, units, booked, moved,
+--          candidate, candidate payload} for a waiter released (next_us:
+--          when the next may be; booked: 1 when it was the waiter prepared
+--          for, booked on its other meters; moved: common.lua's
+--          move_to_head, or -1; candidate: the first waiting in the room's
+--          order now, and its payload, "" for none); {0, due_us, now_us} otherwise,
 --          due_us the instant to try again (0: the room is empty); {2,
 --          lease_end_us, now_us} when another dispatcher holds the lease. A
 --          waiter whose units do not fit by the lead keeps its turn: nobody
@@ -110,29 +126,8 @@ if mode == 4 then
 end
 
 if mode == 3 then
-  local id = ARGV[2]
-  local info = redis.call('HGET', KEYS[3], id)
-  if not info or string.sub(info, 1, 1) ~= '=' then
-    return {0, now} -- used meanwhile, or gone
-  end
-  local burst, per_unit, den = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  -- The waiting form is kept after the release's end: "=<end>|<waiting>".
-  local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
-  local _, flow, _, tag, units = parse_waiter(waiting)
-  local debt = ticks_until(KEYS[1], now, per_unit, den)
-  cancel(KEYS[1], nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
-  redis.call('HSET', KEYS[3], id, waiting)
-  local until_us = tonumber(ARGV[10])
-  if until_us > now then
-    redis.call('HSET', KEYS[5], flow, int(until_us))
-  end
-  if until_us > now then
-    redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-  else
-    redis.call('ZADD', KEYS[2], int(tag), id)
-  end
-  room_keep(R, tonumber(ARGV[11]))
-  return {1, now}
+  return {put_back(R, KEYS[1], now, ARGV[2], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]),
+    tonumber(ARGV[5]), tonumber(ARGV[10]), tonumber(ARGV[11])), now}
 end
 
 -- release
@@ -146,7 +141,9 @@ if owner ~= '' then
 end
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
-for i = 11, #ARGV - 1, 2 do
+local prepared, task_id, now_ns = ARGV[11] or '', ARGV[12] or '', ARGV[13] or '0'
+local parts = tonumber(ARGV[14]) or 0
+for i = 15 + 5 * parts, #ARGV - 1, 2 do
   local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
   if until_us > now and until_us > held_until(R, flow) then
     redis.call('HSET', KEYS[5], flow, int(until_us))
@@ -179,10 +176,53 @@ local function release(id, info, flow, payload, tag, units)
   local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
   bring_back(R, flow)
+  local booked, moved = 0, -1
+  if id == prepared then
+    local slot_us = now + ceil_div(start, den)
+    local taken, next_room = {}, 0
+    for j = 1, parts do
+      local a, k = 14 + 5 * (j - 1), 12 + 4 * (j - 1)
+      local pn, pburst, pnum, pden = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      local K = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}
+      local r = book_at(K, now, pn, pburst, pnum, pden, 0, tonumber(ARGV[a + 5]), slot_us)
+      if r[1] ~= 1 then
+        -- This meter has no room at the slot: what the others booked is
+        -- given back, and the waiter goes back to its place, its flow
+        -- held until the meter has room.
+        for t = #taken, 1, -1 do
+          local T = taken[t]
+          cancel(T[1][1], T[1][2], now, ticks_until(T[1][1], now, T[4], T[5]), T[2] * T[4], T[3] * T[4], T[4], T[5], T[6], T[7])
+        end
+        put_back(R, KEYS[1], now, id, burst, per_unit, den, end_us, end_ticks, slot_us + r[3], tonumber(ARGV[7]))
+        return {0, now, now}
+      end
+      taken[#taken + 1] = {K, pn, pburst, pnum, pden, r[6], r[7]}
+      -- the soonest the meter has room for one more unit after it
+      next_room = math.max(next_room, r[6] + ceil_div(r[7] - (pburst - 1) * pnum, pden))
+    end
+    booked = 1
+    if next_room > slot_us and next_room > held_until(R, flow) then
+      -- The flow's own limits have no room before then: its next waiter
+      -- is held back till then, rather than let out only to be put back.
+      redis.call('HSET', R.held, flow, int(next_room))
+    end
+    moved = move_to_head(KEYS[9], KEYS[10], KEYS[11], KEYS[12], task_id, now_ns)
+  end
   room_keep(R, tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
-  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units}
+  -- The waiter most likely let out next: the first in the room's order.
+  local candidate, candidate_payload = '', ''
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if head[1] then
+    local head_info = redis.call('HGET', KEYS[3], head[1])
+    if head_info and string.sub(head_info, 1, 1) ~= '=' then
+      local _, _, head_payload = parse_waiter(head_info)
+      candidate, candidate_payload = head[1], head_payload
+    end
+  end
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units, booked, moved,
+    candidate, candidate_payload}
 end
 
 -- fits returns the start, in ticks from now, of a waiter of units no

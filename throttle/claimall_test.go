@@ -130,10 +130,76 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 			if got := claim("w2"); !got.Entered || got.Waiters != 1 || got.Claims[0].Status != workergate.NoCapacity {
 				t.Fatalf("second, with no wait allowed: %+v; want it refused and in the room, alone", got)
 			}
-			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{})
+			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
 			if err != nil || !rel.OK || rel.Waiter != "w2" || rel.Flow != "acme" || rel.Payload != "payload of w2" {
 				t.Fatalf("release: %+v, %v; want w2 of flow acme let out, with its payload", rel, err)
 			}
 		})
+	}
+}
+
+// TestPreparedReleaseBooksAndMoves: a release of the waiter it was
+// prepared for books the waiter's slot on its other meter (claimed later
+// by its ticket, at that slot) and moves its task from asynq's retry set to
+// the head of its queue, in the same call; one whose other meter has no
+// room at the slot (blocked) lets nobody out, and the waiter waits again,
+// its flow held back.
+func TestPreparedReleaseBooksAndMoves(t *testing.T) {
+	tg := redistest.Embedded(t)
+	tg.Clock(t)
+	ctx := context.Background()
+	meter := func(rate int) *throttle.Limiter {
+		l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	overall, tenant := meter(20), meter(10)
+	retry, scheduled, pending, task := tg.Prefix+"retry", tg.Prefix+"scheduled", tg.Prefix+"pending", tg.Prefix+"t:task1"
+	tg.Client.ZAdd(ctx, retry, redis.Z{Score: 1, Member: "task1"})
+	tg.Client.HSet(ctx, task, "state", "retry")
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := workergate.EnterRoom(ctx, overall, "all", w, "acme", 1, 1, 0, "payload of "+w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prep := &workergate.Prepared{Waiter: "w1", TaskID: "task1", TaskKeys: []string{retry, scheduled, pending, task}, Grace: time.Minute,
+		Along: []workergate.AlongPart{{Limiter: tenant, Key: "acme", N: 1}}}
+	rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, prep)
+	if err != nil || !rel.OK || rel.Waiter != "w1" || !rel.Booked || rel.Moved != 1 {
+		t.Fatalf("release prepared for w1: %+v, %v; want w1 let out, booked and moved", rel, err)
+	}
+	if rel.Candidate != "w2" || rel.CandidatePayload != "payload of w2" {
+		t.Errorf("candidate after: %q, %q; want w2 and its payload", rel.Candidate, rel.CandidatePayload)
+	}
+	if head, _ := tg.Client.LIndex(ctx, pending, -1).Result(); head != "task1" {
+		t.Errorf("the queue's head: %q; want task1", head)
+	}
+	if state, _ := tg.Client.HGet(ctx, task, "state").Result(); state != "pending" {
+		t.Errorf("task1's state: %q; want pending", state)
+	}
+	got, err := workergate.ClaimAll(ctx, []workergate.ClaimPart{{Limiter: tenant, Req: workergate.ClaimRequest{
+		Key: "acme", N: 1, Held: workergate.HeldByTicket, Ticket: "w1", At: rel.Slot, Grace: time.Minute}}}, nil)
+	if err != nil || got.Claims[0].Status != workergate.Admitted || !got.Claims[0].Slot.Equal(rel.Slot) {
+		t.Fatalf("w1's claim on its tenant meter: %+v, %v; want its booking, at %s", got, err, rel.Slot)
+	}
+
+	// The tenant meter is blocked for a minute: no room at w2's slot.
+	if err := tenant.BlockFor(ctx, "acme", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	prep = &workergate.Prepared{Waiter: "w2", TaskID: "task2", TaskKeys: []string{retry, scheduled, pending, tg.Prefix + "t:task2"}, Grace: time.Minute,
+		Along: []workergate.AlongPart{{Limiter: tenant, Key: "acme", N: 1}}}
+	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, prep)
+	if err != nil || rel.OK {
+		t.Fatalf("release prepared for w2: %+v, %v; want nobody let out", rel, err)
+	}
+	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+	if err != nil || rel.OK || rel.Due.IsZero() {
+		t.Fatalf("right after: %+v, %v; want w2 waiting still, its flow held back", rel, err)
+	}
+	if n, _ := tg.Client.LLen(ctx, pending).Result(); n != 1 {
+		t.Errorf("the queue holds %d tasks; want task1 alone (w2's task not moved)", n)
 	}
 }

@@ -28,7 +28,7 @@ func TestRoomReleaseGivesNotice(t *testing.T) {
 	const lead, notice = 200 * time.Millisecond, 150 * time.Millisecond
 	release := func(notice time.Duration) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil, workergate.Dispatcher{})
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil, workergate.Dispatcher{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestRoomHoldsAFlowItIsGiven(t *testing.T) {
 	const lead = 300 * time.Millisecond
 	release := func(holds ...workergate.Hold) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds, workergate.Dispatcher{})
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds, workergate.Dispatcher{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 		}
 	}
 	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(10 * time.Second)}
-	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{})
+	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{}, nil)
 	if err != nil || rel.OK {
 		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
 	}
@@ -156,7 +156,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	if err != nil || size != 4 {
 		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
 	}
-	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}); err != nil || !rel.OK || rel.Waiter != "b0" {
+	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil); err != nil || !rel.OK || rel.Waiter != "b0" {
 		t.Fatalf("the next release: %+v, %v; want b0, flow a being held", rel, err)
 	}
 }
@@ -181,7 +181,7 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	b := workergate.Dispatcher{ID: "b", Lease: 2 * time.Second}
 	release := func(d workergate.Dispatcher) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d)
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -155,6 +155,13 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		case <-refresh.C:
 		case <-deadline:
 			refresh.Stop()
+			select {
+			case granted := <-woken:
+				if granted { // handed the slot as the budget ran out
+					return startLease(c, key, holder, sent), 0, nil
+				}
+			default:
+			}
 			return nil, ahead, nil
 		case <-ctx.Done():
 			refresh.Stop()

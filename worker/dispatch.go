@@ -80,6 +80,9 @@ type dispatcher struct {
 	// whose lease it last held (the loop's alone until it has stopped).
 	self   gate.Dispatcher
 	leased map[roomID]bool
+	// prepared: the waiter each room is likely to let out next, which its
+	// release books and moves itself (the loop's alone).
+	prepared map[roomID]*gate.Prepared
 	// elsewhere: rooms another dispatcher holds, and till when (under mu).
 	elsewhere map[roomID]time.Time
 }
@@ -256,7 +259,7 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 	}()
 	for range 32 {
 		lead := t.laneLead()
-		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self)
+		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self, d.prepared[room])
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond)
 		}
@@ -287,6 +290,10 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 			return rel.Due
 		}
 		t.noteAnswer()
+		if d.prepared == nil {
+			d.prepared = map[roomID]*gate.Prepared{}
+		}
+		d.prepared[room] = t.prepare(rel.Candidate, rel.CandidatePayload)
 		parts := strings.Split(rel.Payload, "\x1f")
 		if len(parts) < 2 || (len(parts)-2)%3 != 0 {
 			// Not ours to read (or written by an earlier version, whose
@@ -296,6 +303,19 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 			continue
 		}
 		queue, id := parts[0], parts[1]
+		if rel.Booked {
+			// Prepared for: booked on its other meters, and moved, by the
+			// release itself.
+			if rel.Moved != laneMoved {
+				// Not in asynq's hands yet: moved as soon as it is.
+				t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+			}
+			if rel.Due.After(time.Now()) {
+				return rel.Due
+			}
+			due = rel.Due
+			continue
+		}
 		until, ok := t.bookAlong(ctx, rel, parts[2:])
 		if !ok {
 			_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
@@ -382,6 +402,29 @@ func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []st
 		return rel.Slot.Add(alongSlack + b.RetryAfter), false
 	}
 	return next, true
+}
+
+// prepare returns what a release needs to book the waiter with payload
+// on its along meters and move its task in the same call (see
+// gate.Prepared), or nil: no waiter, a payload not ours to read, a rule
+// this process does not know, or rules that decide on another Redis than
+// asynq's.
+func (t *Throttler) prepare(waiter, payload string) *gate.Prepared {
+	parts := strings.Split(payload, "\x1f")
+	if waiter == "" || !t.sameRedis || len(parts) < 2 || (len(parts)-2)%3 != 0 {
+		return nil
+	}
+	queue, id := parts[0], parts[1]
+	p := &gate.Prepared{Waiter: waiter, TaskID: id, TaskKeys: laneKeys(queue, id), Grace: ticketGrace}
+	for i := 2; i+2 < len(parts); i += 3 {
+		r := t.rule(parts[i])
+		units, err := strconv.Atoi(parts[i+2])
+		if r == nil || r.limiter == nil || err != nil {
+			return nil
+		}
+		p.Along = append(p.Along, gate.AlongPart{Limiter: r.limiter, Key: parts[i+1], N: units})
+	}
+	return p
 }
 
 // alongSlack is how much later than its release a waiter's slot on an along

@@ -134,6 +134,15 @@ type Released struct {
 	// Elsewhere: another dispatcher holds the room's lease; nothing was
 	// released.
 	Elsewhere bool
+	// Booked: the waiter was the one prepared for, and its slot is booked
+	// on its other meters; Moved is then what moving its task to the head
+	// of its queue did (1 moved, 2 not there yet, 0 gone), else -1.
+	Booked bool
+	Moved  int
+	// Candidate is the waiter first in the room's order after this
+	// release ("" for none), and CandidatePayload its payload: the one to
+	// prepare the next release for.
+	Candidate, CandidatePayload string
 	// Back is what PutBack needs; opaque.
 	Back []string
 }
@@ -144,6 +153,29 @@ type Released struct {
 type Dispatcher struct {
 	ID    string
 	Lease time.Duration
+}
+
+// Prepared is the waiter a dispatcher expects a room to let out next, and
+// what its release then does in the same call: book its slot, by its ID
+// and claimable for Grace after it, on each of its other meters (Along),
+// and move its task (TaskID; TaskKeys: asynq's retry, scheduled and
+// pending keys of its queue and the task's hash) to the head of its
+// queue. Only on one Redis server whose meters share the room's client;
+// elsewhere it is left out.
+type Prepared struct {
+	Waiter   string
+	TaskID   string
+	TaskKeys []string
+	Along    []AlongPart
+	Grace    time.Duration
+}
+
+// AlongPart is one of a waiter's other meters: a *throttle.Limiter, its
+// key and the units its start takes.
+type AlongPart struct {
+	Limiter any
+	Key     string
+	N       int
 }
 
 // Hold holds a flow of a room back until an instant of the Redis clock:
@@ -221,7 +253,8 @@ var (
 	// most lead) after the release. It first holds back the flows of holds
 	// (a hold shorter than the flow's standing one changes nothing). While
 	// another dispatcher holds the room's lease it releases nothing.
-	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold, d Dispatcher) (Released, error)
+	// With prep, a release of that waiter books it and moves its task too.
+	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold, d Dispatcher, prep *Prepared) (Released, error)
 	// PutBack returns a released waiter to key's room, its place kept and
 	// its capacity given back, and holds its flow back until until (when
 	// another limit of the flow has no room before).

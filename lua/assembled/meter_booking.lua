@@ -306,6 +306,26 @@ end
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
 -- R.aside, the waiters set aside.
 
+-- book_at books n units of a meter for a ticket at the instant at (Unix
+-- us), or up to max_wait ticks after it, and after the key's starts (see
+-- meter_start.lua); the ticket's standing booking for another instant is
+-- given back first, and one for this instant is returned as it is. K:
+-- {the meter's instant, the ticket, the generation of the key's tickets,
+-- the starts instant}. Returns reserve's reply.
+local function book_at(K, now, n, burst, per_unit, den, max_wait, grace, at)
+  local tolerance, cost = burst * per_unit, n * per_unit
+  local debt = ticks_until(K[1], now, per_unit, den)
+  local held = load_state(K[2])
+  if held and held[4] == tonumber(redis.call('GET', K[3]))
+    and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
+    cancel(K[1], K[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
+    debt = ticks_until(K[1], now, per_unit, den)
+  end
+  debt = math.max(debt, ticks_until(K[4], now, per_unit, den))
+  local from = math.max(0, (at - now) * den)
+  return reserve(K[1], K[2], K[3], now, debt, cost, tolerance, per_unit, den, max_wait + from, grace, from)
+end
+
 
 -- meter_booking.lua: reservations and blocks for the two meters that keep
 -- one instant per key, TokenBucket (the instant the bucket is full again)
@@ -359,15 +379,7 @@ if mode == MODE_RESERVE then
   if at > 0 then
     -- The ticket's standing booking for another instant (its task waited
     -- again since) is given back first: the booking is at the instant.
-    local held = load_state(KEYS[2])
-    if held and held[4] == tonumber(redis.call('GET', KEYS[3]))
-      and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
-      cancel(KEYS[1], KEYS[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
-      debt = ticks_until(KEYS[1], now, per_unit, den)
-    end
-    debt = math.max(debt, ticks_until(KEYS[4], now, per_unit, den))
-    local from = math.max(0, (at - now) * den)
-    not_before, max_wait = math.max(not_before, from), max_wait + from
+    return book_at({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, now, n, burst, per_unit, den, max_wait, tonumber(ARGV[7]), at)
   end
   return reserve(KEYS[1], KEYS[2], KEYS[3], now, debt, cost, tolerance, per_unit, den,
     max_wait, tonumber(ARGV[7]), not_before)

@@ -322,6 +322,7 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
 
+
 -- meter_claim.lua: a task's start under one meter rule (TokenBucket or
 -- GCRA) of the worker, for a task that waits in a meter's room (see
 -- room.lua): one under several meters, or under one that shares its limit

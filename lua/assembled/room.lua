@@ -52,6 +52,44 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- load_state reads a state of up to four ':'-joined integers; nil when the
+-- key is absent. It splits with string.find rather than an iterator, as it
+-- runs on every call.
+local function load_state(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local fields = {}
+  local from = 1
+  for i = 1, 4 do
+    local colon = string.find(raw, ':', from, true)
+    if not colon then
+      fields[i] = tonumber(string.sub(raw, from))
+      return fields
+    end
+    fields[i] = tonumber(string.sub(raw, from, colon - 1))
+    from = colon + 1
+  end
+  return fields
+end
+
+-- store_state writes one to four integers joined by ':' with an expiry of
+-- ttl_us.
+local function store_state(key, ttl_us, a, b, c, d)
+  local value = int(a)
+  if b then
+    value = value .. ':' .. int(b)
+  end
+  if c then
+    value = value .. ':' .. int(c)
+  end
+  if d then
+    value = value .. ':' .. int(d)
+  end
+  redis.call('SET', key, value, 'PX', ttl_ms(ttl_us))
+end
+
 -- changeable reports whether key belongs to a named limiter, whose policy
 -- may change while its state lives: its name and algorithm ("name@gcra")
 -- come before the hash tag. Its states record what measured them (the
@@ -166,6 +204,54 @@ end
 local function meter_reply(allowed, debt, tolerance, per_unit, wait, den, now)
   local remaining = math.max(0, floor_div(tolerance - debt, per_unit))
   return {allowed, remaining, ceil_div(wait, den), ceil_div(debt, den), now}
+end
+
+-- reserve books cost ticks when the wait for them is at most max_wait
+-- ticks, starting no sooner than not_before ticks from now. Booked, it
+-- returns the decision, the booking's end instant (us, ticks), which cancel
+-- needs, and 1 when the booking is the ticket's standing one; otherwise the
+-- wait after which booking would succeed.
+local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
+  local generation
+  if ticket then
+    generation = tonumber(redis.call('GET', generation_key))
+    local held = load_state(ticket)
+    if held and held[4] == generation then
+      local wait = (held[1] - now) * den + held[2] - tolerance
+      if wait + (held[3] or 0) >= 0 then
+        local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
+        reply[6], reply[7], reply[8] = held[1], held[2], 1
+        return reply
+      end
+    end
+  end
+  -- A caller that cannot start before not_before takes a slot no sooner:
+  -- the meter keeps one instant, so the capacity until then goes unused.
+  local wait = debt + cost - tolerance
+  if not_before and not_before > 0 then
+    wait = math.max(wait, not_before)
+  end
+  if wait > max_wait then
+    return meter_reply(0, debt, tolerance, per_unit, wait - max_wait, den, now)
+  end
+  debt = wait + tolerance
+  store_instant(key, now, debt, per_unit, den)
+  local end_us, end_ticks = instant_after(now, debt, den)
+  if ticket and wait + grace > 0 then
+    -- kept a millisecond past the grace, so a caller arriving at its end
+    -- finds it (the check above, not the expiry, decides)
+    local ttl_us = ceil_div(wait + grace, den) + 1000
+    if not generation then
+      generation = now
+      store_state(generation_key, ttl_us, generation)
+    elseif redis.call('PTTL', generation_key) < ceil_div(ttl_us, 1000) then
+      redis.call('PEXPIRE', generation_key, ttl_ms(ttl_us))
+    end
+    store_state(ticket, ttl_us, end_us, end_ticks, grace, generation)
+  end
+  local reply = meter_reply(1, debt, tolerance, per_unit, math.max(0, wait), den, now)
+  reply[6], reply[7], reply[8] = end_us, end_ticks, 0
+  return reply
 end
 
 -- cancel gives back what it can of an unused booking of cost ticks that
@@ -306,6 +392,70 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
 
+-- put_back returns a released waiter id of a room to its place: the
+-- release's capacity (units, ending at end_us and end_ticks) given back to
+-- the room's meter at state as far as nothing later stands on it (see
+-- cancel), its waiting entry restored, and its flow held back until
+-- until_us (Unix us; 0: not), its waiter set aside meanwhile. Returns 1,
+-- or 0 when it was used meanwhile, or is gone.
+local function put_back(R, state, now, id, burst, per_unit, den, end_us, end_ticks, until_us, lifetime)
+  local info = redis.call('HGET', R.waiters, id)
+  if not info or string.sub(info, 1, 1) ~= '=' then
+    return 0
+  end
+  -- The waiting form is kept after the release's end: "=<end>|<waiting>".
+  local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
+  local _, flow, _, tag, units = parse_waiter(waiting)
+  local debt = ticks_until(state, now, per_unit, den)
+  cancel(state, nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, end_us, end_ticks)
+  redis.call('HSET', R.waiters, id, waiting)
+  if until_us > now then
+    redis.call('HSET', R.held, flow, int(until_us))
+    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  else
+    redis.call('ZADD', R.room, int(tag), id)
+  end
+  room_keep(R, lifetime)
+  return 1
+end
+
+-- book_at books n units of a meter for a ticket at the instant at (Unix
+-- us), or up to max_wait ticks after it, and after the key's starts (see
+-- meter_start.lua); the ticket's standing booking for another instant is
+-- given back first, and one for this instant is returned as it is. K:
+-- {the meter's instant, the ticket, the generation of the key's tickets,
+-- the starts instant}. Returns reserve's reply.
+local function book_at(K, now, n, burst, per_unit, den, max_wait, grace, at)
+  local tolerance, cost = burst * per_unit, n * per_unit
+  local debt = ticks_until(K[1], now, per_unit, den)
+  local held = load_state(K[2])
+  if held and held[4] == tonumber(redis.call('GET', K[3]))
+    and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
+    cancel(K[1], K[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
+    debt = ticks_until(K[1], now, per_unit, den)
+  end
+  debt = math.max(debt, ticks_until(K[4], now, per_unit, den))
+  local from = math.max(0, (at - now) * den)
+  return reserve(K[1], K[2], K[3], now, debt, cost, tolerance, per_unit, den, max_wait + from, grace, from)
+end
+
+-- move_to_head moves asynq task id from its queue's retry or scheduled set
+-- to the head of the queue (asynq v0.26's keys: retry, scheduled, pending
+-- and the task's hash, all in the queue's Cluster slot), marking it
+-- pending since now_ns. Returns 1 moved, 2 not there yet (still active:
+-- its handler has not returned), 0 gone (run, moved by asynq, deleted).
+local function move_to_head(retry, scheduled, pending, task, id, now_ns)
+  if redis.call('ZREM', retry, id) == 1 or redis.call('ZREM', scheduled, id) == 1 then
+    redis.call('RPUSH', pending, id) -- the head: workers pop from the right
+    redis.call('HSET', task, 'state', 'pending', 'pending_since', now_ns)
+    return 1
+  end
+  if redis.call('HGET', task, 'state') == 'active' then
+    return 2
+  end
+  return 0
+end
+
 -- room.lua: the waiting room of one meter key (TokenBucket or GCRA) of the
 -- worker: tasks that could not start wait here, out of asynq's way, and are
 -- released one by one, each with the capacity for its start reserved, as
@@ -373,14 +523,30 @@ end
 --          its start goes unused; ARGV[9] the dispatcher's ID (empty: no
 --          lease is asked), ARGV[10] how long its lease lasts, us: a
 --          release by another dispatcher while the lease lasts releases
---          nothing, and each release of the holder renews it; ARGV[11],
---          ARGV[12], ... pairs of a flow and an instant, Unix us: the flow
+--          nothing, and each release of the holder renews it;
+--          ARGV[11] the waiter prepared for ("": none), ARGV[12] its task's
+--          asynq ID, ARGV[13] now in Unix ns (for asynq), ARGV[14] P, its
+--          other meters; then five ARGV for each of them: units, burst,
+--          num, den, grace (ticks); when that waiter is let out, its slot
+--          is booked on each of those meters by its ID (see common.lua's
+--          book_at; KEYS[13] on, four a meter: its instant, the ticket,
+--          the tickets' generation, its starts) and its task moved to the
+--          head of its queue (KEYS[9] to KEYS[12]: asynq's retry,
+--          scheduled and pending keys of its queue and the task's hash);
+--          a meter with no room at the slot puts the waiter back (as put
+--          back does) and holds its flow until the meter has room, and the
+--          release lets nobody out (due now);
+--          then pairs of a flow and an instant, Unix us: the flow
 --          is held back until then first (its own limit has no room before;
 --          a hold that ends sooner than the flow's standing one changes
 --          nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
---          end ticks, flow, now_us, next_us, units} for a waiter released
---          (next_us: when the next may be); {0, due_us, now_us} otherwise,
+--          end ticks, flow, now_us, next_us, units, booked, moved,
+--          candidate, candidate payload} for a waiter released (next_us:
+--          when the next may be; booked: 1 when it was the waiter prepared
+--          for, booked on its other meters; moved: common.lua's
+--          move_to_head, or -1; candidate: the first waiting in the room's
+--          order now, and its payload, "" for none); {0, due_us, now_us} otherwise,
 --          due_us the instant to try again (0: the room is empty); {2,
 --          lease_end_us, now_us} when another dispatcher holds the lease. A
 --          waiter whose units do not fit by the lead keeps its turn: nobody
@@ -418,29 +584,8 @@ if mode == 4 then
 end
 
 if mode == 3 then
-  local id = ARGV[2]
-  local info = redis.call('HGET', KEYS[3], id)
-  if not info or string.sub(info, 1, 1) ~= '=' then
-    return {0, now} -- used meanwhile, or gone
-  end
-  local burst, per_unit, den = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-  -- The waiting form is kept after the release's end: "=<end>|<waiting>".
-  local waiting = string.sub(info, string.find(info, '|', 1, true) + 1)
-  local _, flow, _, tag, units = parse_waiter(waiting)
-  local debt = ticks_until(KEYS[1], now, per_unit, den)
-  cancel(KEYS[1], nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, tonumber(ARGV[4]), tonumber(ARGV[5]))
-  redis.call('HSET', KEYS[3], id, waiting)
-  local until_us = tonumber(ARGV[10])
-  if until_us > now then
-    redis.call('HSET', KEYS[5], flow, int(until_us))
-  end
-  if until_us > now then
-    redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-  else
-    redis.call('ZADD', KEYS[2], int(tag), id)
-  end
-  room_keep(R, tonumber(ARGV[11]))
-  return {1, now}
+  return {put_back(R, KEYS[1], now, ARGV[2], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]),
+    tonumber(ARGV[5]), tonumber(ARGV[10]), tonumber(ARGV[11])), now}
 end
 
 -- release
@@ -454,7 +599,9 @@ if owner ~= '' then
 end
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
-for i = 11, #ARGV - 1, 2 do
+local prepared, task_id, now_ns = ARGV[11] or '', ARGV[12] or '', ARGV[13] or '0'
+local parts = tonumber(ARGV[14]) or 0
+for i = 15 + 5 * parts, #ARGV - 1, 2 do
   local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
   if until_us > now and until_us > held_until(R, flow) then
     redis.call('HSET', KEYS[5], flow, int(until_us))
@@ -487,10 +634,53 @@ local function release(id, info, flow, payload, tag, units)
   local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
   bring_back(R, flow)
+  local booked, moved = 0, -1
+  if id == prepared then
+    local slot_us = now + ceil_div(start, den)
+    local taken, next_room = {}, 0
+    for j = 1, parts do
+      local a, k = 14 + 5 * (j - 1), 12 + 4 * (j - 1)
+      local pn, pburst, pnum, pden = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      local K = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}
+      local r = book_at(K, now, pn, pburst, pnum, pden, 0, tonumber(ARGV[a + 5]), slot_us)
+      if r[1] ~= 1 then
+        -- This meter has no room at the slot: what the others booked is
+        -- given back, and the waiter goes back to its place, its flow
+        -- held until the meter has room.
+        for t = #taken, 1, -1 do
+          local T = taken[t]
+          cancel(T[1][1], T[1][2], now, ticks_until(T[1][1], now, T[4], T[5]), T[2] * T[4], T[3] * T[4], T[4], T[5], T[6], T[7])
+        end
+        put_back(R, KEYS[1], now, id, burst, per_unit, den, end_us, end_ticks, slot_us + r[3], tonumber(ARGV[7]))
+        return {0, now, now}
+      end
+      taken[#taken + 1] = {K, pn, pburst, pnum, pden, r[6], r[7]}
+      -- the soonest the meter has room for one more unit after it
+      next_room = math.max(next_room, r[6] + ceil_div(r[7] - (pburst - 1) * pnum, pden))
+    end
+    booked = 1
+    if next_room > slot_us and next_room > held_until(R, flow) then
+      -- The flow's own limits have no room before then: its next waiter
+      -- is held back till then, rather than let out only to be put back.
+      redis.call('HSET', R.held, flow, int(next_room))
+    end
+    moved = move_to_head(KEYS[9], KEYS[10], KEYS[11], KEYS[12], task_id, now_ns)
+  end
   room_keep(R, tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
-  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units}
+  -- The waiter most likely let out next: the first in the room's order.
+  local candidate, candidate_payload = '', ''
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if head[1] then
+    local head_info = redis.call('HGET', KEYS[3], head[1])
+    if head_info and string.sub(head_info, 1, 1) ~= '=' then
+      local _, _, head_payload = parse_waiter(head_info)
+      candidate, candidate_payload = head[1], head_payload
+    end
+  end
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units, booked, moved,
+    candidate, candidate_payload}
 end
 
 -- fits returns the start, in ticks from now, of a waiter of units no

@@ -16,15 +16,4 @@
 --          handed it to asynq), 0 gone (run, moved by asynq, or deleted),
 --          now_us}
 
-local id = ARGV[1]
-local now = server_now()
-
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
-  redis.call('RPUSH', KEYS[3], id) -- the head: workers pop from the right
-  redis.call('HSET', KEYS[4], 'state', 'pending', 'pending_since', ARGV[2])
-  return {1, now}
-end
-if redis.call('HGET', KEYS[4], 'state') == 'active' then
-  return {2, now}
-end
-return {0, now}
+return {move_to_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2]), server_now()}

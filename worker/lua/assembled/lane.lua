@@ -25,6 +25,22 @@ local function server_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- move_to_head moves asynq task id from its queue's retry or scheduled set
+-- to the head of the queue (asynq v0.26's keys: retry, scheduled, pending
+-- and the task's hash, all in the queue's Cluster slot), marking it
+-- pending since now_ns. Returns 1 moved, 2 not there yet (still active:
+-- its handler has not returned), 0 gone (run, moved by asynq, deleted).
+local function move_to_head(retry, scheduled, pending, task, id, now_ns)
+  if redis.call('ZREM', retry, id) == 1 or redis.call('ZREM', scheduled, id) == 1 then
+    redis.call('RPUSH', pending, id) -- the head: workers pop from the right
+    redis.call('HSET', task, 'state', 'pending', 'pending_since', now_ns)
+    return 1
+  end
+  if redis.call('HGET', task, 'state') == 'active' then
+    return 2
+  end
+  return 0
+end
 
 -- lane.lua: the worker's return lane. A task sent back by the worker waits
 -- in asynq's retry set (or, for a hand-over copy, its scheduled set) with a
@@ -44,15 +60,4 @@ end
 --          handed it to asynq), 0 gone (run, moved by asynq, or deleted),
 --          now_us}
 
-local id = ARGV[1]
-local now = server_now()
-
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[2], id) == 1 then
-  redis.call('RPUSH', KEYS[3], id) -- the head: workers pop from the right
-  redis.call('HSET', KEYS[4], 'state', 'pending', 'pending_since', ARGV[2])
-  return {1, now}
-end
-if redis.call('HGET', KEYS[4], 'state') == 'active' then
-  return {2, now}
-end
-return {0, now}
+return {move_to_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2]), server_now()}
