@@ -58,10 +58,15 @@
 //     the fleet lets a room's waiters out at a time, the one holding the
 //     room's lease (renewed by each of its releases, for 5 s); the others
 //     take the room over when the lease ends unrenewed, or at once when its
-//     holder's Throttler is closed.
+//     holder's Throttler is closed. On one Redis server (not a Cluster)
+//     a task's starts on all these rules are one call, which also puts a
+//     refused task in the room; and a release books the waiter's slot on
+//     its other rules and moves its task in its own call, for the waiter
+//     the dispatcher expects (the first in the room's order).
 //   - Under a concurrency cap whose slots are all taken, the task stands in
-//     the cap's line in Redis, in the order tasks came, and is woken the
-//     moment a slot is freed for it (throttle's AcquireWait). When its
+//     the cap's line in Redis, in the order tasks came, and the release
+//     that frees a slot hands it to the task, which learns it at once
+//     (throttle's AcquireWait). When its
 //     inline wait runs out it keeps its place, marked away, and goes back
 //     to asynq; a release that frees a slot near its place calls it back to
 //     the head of its queue in time to wait for it inline.

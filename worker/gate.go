@@ -254,7 +254,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	var entry *gate.Entry
 	if tk.queue != "" && tk.id != "" && !roomRule.giveUp.enabled() {
 		// (A flow the task has none of fails it when it enters.)
-		if e, _, err := t.entryOf(ctx, tk, roomRule, roomKey); err == nil {
+		if e, _, err := t.entryOf(ctx, tk, rules, roles, roomRule, roomKey); err == nil {
 			e.Late = t.roomLead()
 			entry = &e
 		}

@@ -67,7 +67,8 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		if gave := t.giveUp(ctx, tk, r); gave != nil {
 			return gave
 		}
-		entry, units, err := t.entryOf(ctx, tk, r.rule, r.key)
+		rules := t.matching(ctx, tk.Task)
+		entry, units, err := t.entryOf(ctx, tk, rules, meterRoles(rules), r.rule, r.key)
 		if err != nil {
 			return t.noKey(tk, r.rule, err)
 		}
@@ -89,15 +90,13 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(fallback), until: fallback}
 }
 
-// entryOf returns what a task enters rule's room with, and the units its
-// start there takes: its flow is the rule's FairBy flow, or else its key in
+// entryOf returns what a task enters rule's room with (rules are the
+// task's, roles their meterRoles), and the units its start there takes: its flow is the rule's FairBy flow, or else its key in
 // its first along meter (its tenant, typically), or else the room's key;
 // its payload is its queue and ID (its hand-over copy's, for a task with no
 // retries left), then rule, key and units of each along meter, for the
 // dispatcher that lets it out.
-func (t *Throttler) entryOf(ctx context.Context, tk *task, rule *Rule, key string) (gate.Entry, int, error) {
-	rules := t.matching(ctx, tk.Task)
-	roles := meterRoles(rules)
+func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles []int, rule *Rule, key string) (gate.Entry, int, error) {
 	entry := gate.Entry{Weight: 1}
 	id := tk.id
 	if tk.last {

@@ -118,8 +118,10 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 //   - DelayedTaskCheckInterval: 250ms when unset (asynq's default is 5s),
 //     and TaskCheckInterval: 100ms when unset (asynq's default is 1s), so
 //     that rescheduled and paced tasks reach a worker close to their time
-//     rather than up to 6.5 s after it. This costs an idle server about 14
-//     light Redis calls a second instead of 1.2.
+//     rather than up to 6.5 s after it. This costs an idle server about
+//     35 Redis commands a second (its polls) instead of about 2; set both
+//     yourself to trade that against the rate a small fleet achieves
+//     (docs/worker.md measures both).
 //
 // Values already set are kept, and the Throttler plans returns around them.
 // Call Configure in every process that books or reschedules tasks, workers
