@@ -106,7 +106,7 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tg := redistest.Embedded(t)
 			tg.Clock(t)
-			var client redis.UniversalClient = tg.Client
+			client := tg.Client
 			if !together {
 				client = otherClient{tg.Client}
 			}
