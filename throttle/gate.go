@@ -48,7 +48,6 @@ func init() {
 	}
 	gate.StartOn = startOn
 	gate.UndoStart = undoStart
-	gate.ClaimStart = claim
 	gate.ClaimAll = claimAll
 	gate.UndoClaim = undoClaim
 	gate.EnterRoom = enterRoom
@@ -161,7 +160,7 @@ func (l *Limiter) start(ctx context.Context, sp *spec, req gate.StartRequest) (g
 		return gate.Start{}, err
 	}
 	if req.Held == gate.HeldByRoom {
-		return gate.Start{}, fmt.Errorf("%w: a start from a room is claimed (gate.ClaimStart)", ErrNotSupported)
+		return gate.Start{}, fmt.Errorf("%w: a start from a room is claimed (gate.ClaimAll)", ErrNotSupported)
 	}
 	args := append([]any{"0"}, sp.meterArgs(req.N)...)
 	args = append(args, strconv.Itoa(req.Held), "", itoa(sp.ticks(req.NotBefore)), itoa(sp.ticks(req.MaxWait)),

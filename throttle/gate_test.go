@@ -176,14 +176,15 @@ func TestRoomReleasesEveryWaiter(t *testing.T) {
 	}
 }
 
-// claim is workergate.ClaimStart, failing the test on an error.
+// claim is workergate.ClaimAll under one meter, failing the test on an
+// error.
 func claim(t *testing.T, l *throttle.Limiter, req workergate.ClaimRequest) workergate.Claim {
 	t.Helper()
-	c, err := workergate.ClaimStart(context.Background(), l, req)
+	got, err := workergate.ClaimAll(context.Background(), []workergate.ClaimPart{{Limiter: l, Req: req}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return got.Claims[0]
 }
 
 // TestClaimsAreAtTheirSlots: a task released from a room starts at its slot

@@ -58,7 +58,7 @@ type Start struct {
 }
 
 // ClaimRequest asks a meter limiter to start a task that waits in a room
-// (see ClaimStart).
+// (see ClaimAll): at its held slot, or at room there is (meter_claim.lua).
 type ClaimRequest struct {
 	Key    string
 	N      int
@@ -226,9 +226,6 @@ var (
 	StartOn func(ctx context.Context, limiter any, req StartRequest) (Start, error)
 	// UndoStart gives back an admitted start whose task will not run now.
 	UndoStart func(ctx context.Context, limiter any, key string, n int, held int, waiter string, s Start) error
-	// ClaimStart starts a task that waits in rooms under limiter (see
-	// meter_claim.lua): at its held slot, or at room there is.
-	ClaimStart func(ctx context.Context, limiter any, req ClaimRequest) (Claim, error)
 	// ClaimAll claims a task's start under several meters at one instant:
 	// the first as its request says, each other at the first's slot (its
 	// request's At is not read). It stops at the first meter that does not
