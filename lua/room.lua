@@ -66,29 +66,35 @@
 --          lease is asked), ARGV[10] how long its lease lasts, us: a
 --          release by another dispatcher while the lease lasts releases
 --          nothing, and each release of the holder renews it;
---          ARGV[11] the waiter prepared for ("": none), ARGV[12] its task's
---          asynq ID, ARGV[13] now in Unix ns (for asynq), ARGV[14] P, its
---          other meters; then five ARGV for each of them: units, burst,
---          num, den, grace (ticks); when that waiter is let out, its slot
---          is booked on each of those meters by its ID (see common.lua's
---          book_at; KEYS[13] on, four a meter: its instant, the ticket,
---          the tickets' generation, its starts) and its task moved to the
---          head of its queue (KEYS[9] to KEYS[12]: asynq's retry,
---          scheduled and pending keys of its queue and the task's hash);
---          a meter with no room at the slot puts the waiter back (as put
---          back does) and holds its flow until the meter has room, and the
---          release lets nobody out (due now);
+--          ARGV[11] K, the waiters prepared for, ARGV[12] now in Unix ns
+--          (for asynq), ARGV[13] the window: how much further than the
+--          lead the starts of waiters let out after the first in the same
+--          call may be, in ticks, ARGV[14] the most waiters to let out in
+--          this call; then for each waiter prepared for, its ID, its
+--          task's asynq ID, P (its other meters), and five ARGV for each of
+--          those meters: units, burst, num, den, grace (ticks). KEYS from
+--          KEYS[9]: for each waiter prepared for, in turn, asynq's retry,
+--          scheduled and pending keys of its task's queue and the task's
+--          hash, then four for each of its meters: its instant, the
+--          waiter's ticket, the tickets' generation, its starts. When such
+--          a waiter is let out, its slot is booked on each of those meters
+--          by its ID (see common.lua's book_at) and its task moved to the
+--          head of its queue; a meter with no room at the slot puts the
+--          waiter back (as put back does), holds its flow until the meter
+--          has room, and ends the call (due now, when it was the first);
 --          then pairs of a flow and an instant, Unix us: the flow
 --          is held back until then first (its own limit has no room before;
 --          a hold that ends sooner than the flow's standing one changes
 --          nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
 --          end ticks, flow, now_us, next_us, units, booked, moved,
---          candidate, candidate payload} for a waiter released (next_us:
---          when the next may be; booked: 1 when it was the waiter prepared
---          for, booked on its other meters; moved: common.lua's
+--          candidate, candidate payload} for each waiter released, in turn
+--          (next_us: when the next may be; booked: 1 when it was a waiter
+--          prepared for, booked on its other meters; moved: common.lua's
 --          move_to_head, or -1; candidate: the first waiting in the room's
---          order now, and its payload, "" for none); {0, due_us, now_us} otherwise,
+--          order then, and its payload, "" for none), then, when most > 1,
+--          "#" and the IDs and payloads of the first most waiting in the
+--          room's order; {0, due_us, now_us} otherwise,
 --          due_us the instant to try again (0: the room is empty); {2,
 --          lease_end_us, now_us} when another dispatcher holds the lease. A
 --          waiter whose units do not fit by the lead keeps its turn: nobody
@@ -141,9 +147,18 @@ if owner ~= '' then
 end
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
-local prepared, task_id, now_ns = ARGV[11] or '', ARGV[12] or '', ARGV[13] or '0'
-local parts = tonumber(ARGV[14]) or 0
-for i = 15 + 5 * parts, #ARGV - 1, 2 do
+local base_lead = lead -- the first release's; those after it in one call reach a window further
+local now_ns, window = ARGV[12] or '0', tonumber(ARGV[13]) or 0
+local most = math.max(1, tonumber(ARGV[14]) or 1)
+-- The waiters prepared for: their task, meters, and where their KEYS and
+-- ARGV start.
+local prepared, a, k = {}, 15, 9
+for _ = 1, tonumber(ARGV[11]) or 0 do
+  local parts = tonumber(ARGV[a + 2])
+  prepared[ARGV[a]] = {task = ARGV[a + 1], parts = parts, a = a + 3, k = k}
+  a, k = a + 3 + 5 * parts, k + 4 + 4 * parts
+end
+for i = a, #ARGV - 1, 2 do
   local flow, until_us = ARGV[i], tonumber(ARGV[i + 1])
   if until_us > now and until_us > held_until(R, flow) then
     redis.call('HSET', KEYS[5], flow, int(until_us))
@@ -177,14 +192,15 @@ local function release(id, info, flow, payload, tag, units)
   redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
   bring_back(R, flow)
   local booked, moved = 0, -1
-  if id == prepared then
+  local p = prepared[id]
+  if p then
     local slot_us = now + ceil_div(start, den)
     local taken, next_room = {}, 0
-    for j = 1, parts do
-      local a, k = 14 + 5 * (j - 1), 12 + 4 * (j - 1)
-      local pn, pburst, pnum, pden = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-      local K = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}
-      local r = book_at(K, now, pn, pburst, pnum, pden, 0, tonumber(ARGV[a + 5]), slot_us)
+    for j = 1, p.parts do
+      local pa, pk = p.a + 5 * (j - 1), p.k + 4 + 4 * (j - 1)
+      local pn, pburst, pnum, pden = tonumber(ARGV[pa]), tonumber(ARGV[pa + 1]), tonumber(ARGV[pa + 2]), tonumber(ARGV[pa + 3])
+      local K = {KEYS[pk], KEYS[pk + 1], KEYS[pk + 2], KEYS[pk + 3]}
+      local r = book_at(K, now, pn, pburst, pnum, pden, 0, tonumber(ARGV[pa + 4]), slot_us)
       if r[1] ~= 1 then
         -- This meter has no room at the slot: what the others booked is
         -- given back, and the waiter goes back to its place, its flow
@@ -194,7 +210,8 @@ local function release(id, info, flow, payload, tag, units)
           cancel(T[1][1], T[1][2], now, ticks_until(T[1][1], now, T[4], T[5]), T[2] * T[4], T[3] * T[4], T[4], T[5], T[6], T[7])
         end
         put_back(R, KEYS[1], now, id, burst, per_unit, den, end_us, end_ticks, slot_us + r[3], tonumber(ARGV[7]))
-        return {0, now, now}
+        debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
+        return false
       end
       taken[#taken + 1] = {K, pn, pburst, pnum, pden, r[6], r[7]}
       -- the soonest the meter has room for one more unit after it
@@ -206,11 +223,11 @@ local function release(id, info, flow, payload, tag, units)
       -- is held back till then, rather than let out only to be put back.
       redis.call('HSET', R.held, flow, int(next_room))
     end
-    moved = move_to_head(KEYS[9], KEYS[10], KEYS[11], KEYS[12], task_id, now_ns)
+    moved = 3 -- moved at the end of the call (see below)
   end
   room_keep(R, tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
-  local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - lead, den))
+  local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - base_lead, den))
   -- The waiter most likely let out next: the first in the room's order.
   local candidate, candidate_payload = '', ''
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)
@@ -262,61 +279,125 @@ for i = 1, #holds, 2 do
   end
 end
 
--- The first waiter in tag order that may start at the meter's next start
--- goes; when none may, the one that may start soonest goes at its time, if
--- that is within the lead (the capacity before it has no taker). A waiter
--- of a flow held back beyond the lead is set aside, out of the way.
-local soonest, first = 0, nil
-for _ = 1, 4 do
-  local aside = 0
-  local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
-  for i = 1, #waiters do
-    local id = waiters[i]
-    local info = redis.call('HGET', KEYS[3], id)
-    if not info or string.sub(info, 1, 1) == '=' then
-      redis.call('ZREM', KEYS[2], id) -- left, expired, or released
-    else
-      local eligible, flow, payload, tag, units = parse_waiter(info)
-      local held_back = held_until(R, flow)
-      if held_back > horizon then
-        redis.call('ZREM', KEYS[2], id)
-        redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-        aside = aside + 1
+-- pick lets out the first waiter in tag order that may start at the
+-- meter's next start; when none may, the one that may start soonest, at its
+-- time, if that is within the lead (the capacity before it has no taker).
+-- A waiter of a flow held back beyond the lead is set aside, out of the
+-- way. Returns release's record, or {0, due_us, now_us} when nobody goes,
+-- or false when the waiter went back to its place (see release).
+local function pick()
+  local soonest, first = 0, nil
+  for _ = 1, 4 do
+    local aside = 0
+    local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
+    for i = 1, #waiters do
+      local id = waiters[i]
+      local info = redis.call('HGET', KEYS[3], id)
+      if not info or string.sub(info, 1, 1) == '=' then
+        redis.call('ZREM', KEYS[2], id) -- left, expired, or released
       else
-        eligible = math.max(eligible, held_back)
-        if eligible <= slot_at then
-          local at, due = fits(units, start)
-          if not at then
-            return {0, due, now}
+        local eligible, flow, payload, tag, units = parse_waiter(info)
+        local held_back = held_until(R, flow)
+        if held_back > horizon then
+          redis.call('ZREM', KEYS[2], id)
+          redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+          aside = aside + 1
+        else
+          eligible = math.max(eligible, held_back)
+          if eligible <= slot_at then
+            local at, due = fits(units, start)
+            if not at then
+              return {0, due, now}
+            end
+            start = at
+            return release(id, info, flow, payload, tag, units)
           end
-          start = at
-          return release(id, info, flow, payload, tag, units)
-        end
-        if soonest == 0 or eligible < soonest then
-          soonest, first = eligible, {id, info, flow, payload, tag, units}
+          if soonest == 0 or eligible < soonest then
+            soonest, first = eligible, {id, info, flow, payload, tag, units}
+          end
         end
       end
     end
+    if aside == 0 or first then
+      break
+    end
   end
-  if aside == 0 or first then
+  if first and soonest <= horizon then
+    local at, due = fits(first[6], math.max(start, (soonest - now) * den))
+    if not at then
+      return {0, due, now}
+    end
+    start = at
+    return release(first[1], first[2], first[3], first[4], first[5], first[6])
+  end
+  if next_hold > 0 and (soonest == 0 or next_hold < soonest) then
+    soonest = next_hold
+  end
+  if soonest == 0 then
+    if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
+      return {0, 0, now}
+    end
+    soonest = now + 1000 -- only released or expired waiters were looked at
+  end
+  return {0, math.max(now, soonest - ceil_div(lead, den)), now}
+end
+
+-- Waiters are let out in one call as long as the next start is within the
+-- lead and the window after it, up to most of them, and each but the last
+-- was prepared for.
+local out, moves = {}, {}
+for _ = 1, most do
+  local r = pick()
+  if r == false then
+    if #out == 0 then
+      return {0, now, now} -- a meter had no room: try again at once
+    end
     break
   end
-end
-if first and soonest <= horizon then
-  local at, due = fits(first[6], math.max(start, (soonest - now) * den))
-  if not at then
-    return {0, due, now}
+  if r[1] ~= 1 then
+    if #out == 0 then
+      return r
+    end
+    break
   end
-  start = at
-  return release(first[1], first[2], first[3], first[4], first[5], first[6])
-end
-if next_hold > 0 and (soonest == 0 or next_hold < soonest) then
-  soonest = next_hold
-end
-if soonest == 0 then
-  if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
-    return {0, 0, now}
+  for _, v in ipairs(r) do
+    out[#out + 1] = v
   end
-  soonest = now + 1000 -- only released or expired waiters were looked at
+  if r[13] == 3 then
+    moves[#moves + 1] = {prepared[r[2]], #out - 2} -- its task, its moved field
+  end
+  if r[12] ~= 1 then
+    -- Not prepared for: its other meters are booked by the caller, which
+    -- learns from them whether its flow has room for the next; so it
+    -- ends the call.
+    break
+  end
+  wait = debt + cost - tolerance
+  lead = base_lead + window
+  horizon = now + ceil_div(lead, den)
+  if wait > lead then
+    break
+  end
+  start = math.max(wait, notice)
+  slot_at = now + ceil_div(start, den)
 end
-return {0, math.max(now, soonest - ceil_div(lead, den)), now}
+-- The tasks go to the head of their queues latest slot first, so that the
+-- earliest is taken first.
+for i = #moves, 1, -1 do
+  local p = moves[i][1]
+  out[moves[i][2]] = move_to_head(KEYS[p.k], KEYS[p.k + 1], KEYS[p.k + 2], KEYS[p.k + 3], p.task, now_ns)
+end
+if most > 1 then
+  -- The waiters most likely let out next, to prepare for: the first in
+  -- the room's order.
+  out[#out + 1] = '#'
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, most - 1)) do
+    local info = redis.call('HGET', KEYS[3], id)
+    if info and string.sub(info, 1, 1) ~= '=' then
+      local _, _, payload = parse_waiter(info)
+      out[#out + 1] = id
+      out[#out + 1] = payload
+    end
+  end
+end
+return out

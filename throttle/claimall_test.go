@@ -130,7 +130,7 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 			if got := claim("w2"); !got.Entered || got.Waiters != 1 || got.Claims[0].Status != workergate.NoCapacity {
 				t.Fatalf("second, with no wait allowed: %+v; want it refused and in the room, alone", got)
 			}
-			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 			if err != nil || !rel.OK || rel.Waiter != "w2" || rel.Flow != "acme" || rel.Payload != "payload of w2" {
 				t.Fatalf("release: %+v, %v; want w2 of flow acme let out, with its payload", rel, err)
 			}
@@ -166,7 +166,7 @@ func TestPreparedReleaseBooksAndMoves(t *testing.T) {
 	}
 	prep := &workergate.Prepared{Waiter: "w1", TaskID: "task1", TaskKeys: []string{retry, scheduled, pending, task}, Grace: time.Minute,
 		Along: []workergate.AlongPart{{Limiter: tenant, Key: "acme", N: 1}}}
-	rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, prep)
+	rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{Prepared: []*workergate.Prepared{prep}})
 	if err != nil || !rel.OK || rel.Waiter != "w1" || !rel.Booked || rel.Moved != 1 {
 		t.Fatalf("release prepared for w1: %+v, %v; want w1 let out, booked and moved", rel, err)
 	}
@@ -191,15 +191,58 @@ func TestPreparedReleaseBooksAndMoves(t *testing.T) {
 	}
 	prep = &workergate.Prepared{Waiter: "w2", TaskID: "task2", TaskKeys: []string{retry, scheduled, pending, tg.Prefix + "t:task2"}, Grace: time.Minute,
 		Along: []workergate.AlongPart{{Limiter: tenant, Key: "acme", N: 1}}}
-	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, prep)
+	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{Prepared: []*workergate.Prepared{prep}})
 	if err != nil || rel.OK {
 		t.Fatalf("release prepared for w2: %+v, %v; want nobody let out", rel, err)
 	}
-	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+	rel, err = workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || rel.OK || rel.Due.IsZero() {
 		t.Fatalf("right after: %+v, %v; want w2 waiting still, its flow held back", rel, err)
 	}
 	if n, _ := tg.Client.LLen(ctx, pending).Result(); n != 1 {
 		t.Errorf("the queue holds %d tasks; want task1 alone (w2's task not moved)", n)
+	}
+}
+
+// TestPreparedBatch: one release lets out two waiters it was prepared for,
+// each booked on its own tenant's meter and its task moved to the head of
+// the queue, the earlier slot's task taken first.
+func TestPreparedBatch(t *testing.T) {
+	tg := redistest.Embedded(t)
+	tg.Clock(t)
+	ctx := context.Background()
+	meter := func(rate int) *throttle.Limiter {
+		l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	overall, tenant := meter(20), meter(10)
+	retry, scheduled, pending := tg.Prefix+"retry", tg.Prefix+"scheduled", tg.Prefix+"pending"
+	var prepared []*workergate.Prepared
+	for i, w := range []string{"w1", "w2"} {
+		id := "task" + itoa(i+1)
+		tg.Client.ZAdd(ctx, retry, redis.Z{Score: 1, Member: id})
+		tg.Client.HSet(ctx, tg.Prefix+"t:"+id, "state", "retry")
+		if _, err := workergate.EnterRoom(ctx, overall, "all", w, "tenant-"+w, 1, 1, 0, "payload"); err != nil {
+			t.Fatal(err)
+		}
+		prepared = append(prepared, &workergate.Prepared{Waiter: w, TaskID: id, TaskKeys: []string{retry, scheduled, pending, tg.Prefix + "t:" + id},
+			Grace: time.Minute, Along: []workergate.AlongPart{{Limiter: tenant, Key: "tenant-" + w, N: 1}}})
+	}
+	rel, err := workergate.Release(ctx, overall, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{},
+		workergate.Batch{Prepared: prepared, Window: 100 * time.Millisecond, Most: 2})
+	if err != nil || !rel.OK || len(rel.More) != 1 {
+		t.Fatalf("a prepared batch of 2: %+v, %v; want two let out", rel, err)
+	}
+	for _, r := range []workergate.Released{rel, rel.More[0]} {
+		if !r.Booked || r.Moved != 1 {
+			t.Errorf("%s: booked %v, moved %d; want booked and moved", r.Waiter, r.Booked, r.Moved)
+		}
+	}
+	// Workers take from the right: the earliest slot's task goes first.
+	if tasks, _ := tg.Client.LRange(ctx, pending, 0, -1).Result(); len(tasks) != 2 || tasks[1] != "task1" {
+		t.Errorf("the queue holds %v, the head last; want both tasks, task1 (w1's, the earlier slot) at the head", tasks)
 	}
 }

@@ -28,7 +28,7 @@ func TestRoomReleaseGivesNotice(t *testing.T) {
 	const lead, notice = 200 * time.Millisecond, 150 * time.Millisecond
 	release := func(notice time.Duration) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil, workergate.Dispatcher{}, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, notice, nil, workergate.Dispatcher{}, workergate.Batch{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestRoomHoldsAFlowItIsGiven(t *testing.T) {
 	const lead = 300 * time.Millisecond
 	release := func(holds ...workergate.Hold) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds, workergate.Dispatcher{}, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, lead, 0, holds, workergate.Dispatcher{}, workergate.Batch{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 		}
 	}
 	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(10 * time.Second)}
-	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{}, nil)
+	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || rel.OK {
 		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
 	}
@@ -156,7 +156,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	if err != nil || size != 4 {
 		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
 	}
-	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil); err != nil || !rel.OK || rel.Waiter != "b0" {
+	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{}); err != nil || !rel.OK || rel.Waiter != "b0" {
 		t.Fatalf("the next release: %+v, %v; want b0, flow a being held", rel, err)
 	}
 }
@@ -181,7 +181,7 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	b := workergate.Dispatcher{ID: "b", Lease: 2 * time.Second}
 	release := func(d workergate.Dispatcher) workergate.Released {
 		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, workergate.Batch{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,5 +221,55 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	}
 	if rel := release(a); !rel.OK || rel.Elsewhere {
 		t.Fatalf("a after b resigned: %+v; want a waiter let out", rel)
+	}
+}
+
+// TestReleaseLetsSeveralOutInOneCall: with a batch, one release lets out
+// the waiters it was prepared for while their starts fall within the lead
+// and the window after it, up to the most asked, each at its own slot on
+// the meter (50 ms apart at 20/s), and names the waiters next in the
+// room's order; the call after it lets nobody out before the next start
+// is a lead away; a waiter not prepared for is the last of its call.
+func TestReleaseLetsSeveralOutInOneCall(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	for i := range 6 {
+		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"+itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Waiters it was prepared for (here with no other meters, and tasks
+	// asynq no longer has).
+	batch := workergate.Batch{Window: 100 * time.Millisecond, Most: 4}
+	for i := range 6 {
+		id := "task" + itoa(i)
+		batch.Prepared = append(batch.Prepared, &workergate.Prepared{Waiter: "w" + itoa(i), TaskID: id,
+			TaskKeys: []string{tg.Prefix + "retry", tg.Prefix + "scheduled", tg.Prefix + "pending", tg.Prefix + "t:" + id}})
+	}
+	rel, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{}, batch)
+	if err != nil || !rel.OK || len(rel.More) != 3 {
+		t.Fatalf("a batch of 4: %+v, %v; want four waiters let out", rel, err)
+	}
+	for i, r := range append([]workergate.Released{rel}, rel.More...) {
+		want := clock.Now().Add(time.Duration(i) * 50 * time.Millisecond)
+		if r.Waiter != "w"+itoa(i) || r.Payload != "p"+itoa(i) || !r.Slot.Equal(want) {
+			t.Errorf("let out %d: %s (%q) at %s; want w%d at %s", i, r.Waiter, r.Payload, r.Slot, i, want)
+		}
+	}
+	if len(rel.Next) != 2 || rel.Next[0].ID != "w4" || rel.Next[1].ID != "w5" || rel.Next[0].Payload != "p4" {
+		t.Errorf("next in order: %+v; want w4 and w5 with their payloads", rel.Next)
+	}
+	again, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{}, batch)
+	if err != nil || again.OK || !again.Due.Equal(clock.Now().Add(100*time.Millisecond)) {
+		t.Fatalf("right after: %+v, %v; want nobody until the next start (200ms) is a lead away", again, err)
+	}
+	// A waiter not prepared for ends the call: the caller books its other
+	// meters and learns from them.
+	clock.Advance(100 * time.Millisecond)
+	batch.Prepared = nil
+	if rel, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{}, batch); err != nil || !rel.OK || len(rel.More) != 0 {
+		t.Fatalf("not prepared for: %+v, %v; want one waiter let out", rel, err)
 	}
 }

@@ -115,7 +115,7 @@ func TestRoomReleasesFairly(t *testing.T) {
 	var order []string
 	var slots []time.Time
 	for len(order) < 5 {
-		rel, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestRoomReleasesFairly(t *testing.T) {
 			t.Fatalf("releases' starts %v: %s apart, the rate allows 100ms", slots, gap)
 		}
 	}
-	if rel, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil); err != nil || rel.OK || !rel.Due.IsZero() {
+	if rel, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{}); err != nil || rel.OK || !rel.Due.IsZero() {
 		t.Fatalf("a release from the empty room: %+v, %v", rel, err)
 	}
 }
@@ -160,7 +160,7 @@ func TestRoomReleasesEveryWaiter(t *testing.T) {
 	}
 	var order []string
 	for range 110 {
-		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel.OK || rel.Waiter != "w1" || rel.Delay != 100*time.Millisecond || !rel.Slot.Equal(clock.Now().Add(100*time.Millisecond)) {
 		t.Fatalf("Release: %+v, %v; want w1 with a slot 100ms away", rel, err)
 	}
@@ -236,7 +236,7 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 		t.Fatalf("a fresh claim at a taken instant: %+v; want no capacity until %s", f, rel.Slot.Add(250*time.Millisecond))
 	}
 	// w2, released, comes 60ms after its slot: too late.
-	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel2.OK || rel2.Waiter != "w2" {
 		t.Fatalf("Release: %+v, %v; want w2", rel2, err)
 	}
@@ -245,7 +245,7 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 	if late.Status != workergate.Late || !late.Slot.Equal(rel2.Slot) {
 		t.Fatalf("a claim 60ms after its slot: %+v; want it late", late)
 	}
-	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel3.OK || rel3.Waiter != "w2" {
 		t.Fatalf("Release after the late claim: %+v, %v; want w2 again", rel3, err)
 	}
@@ -268,7 +268,7 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel.OK || rel.Waiter != "w1" || rel.Payload != "q/copy-2" {
 		t.Fatalf("Release: %+v, %v; want w1 first, with the payload it entered with last", rel, err)
 	}
@@ -286,7 +286,7 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 	}
 
 	// w2 is released, then its key is blocked for a second before its slot.
-	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel2, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel2.OK || rel2.Waiter != "w2" {
 		t.Fatalf("Release: %+v, %v; want w2", rel2, err)
 	}
@@ -298,7 +298,7 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 		t.Fatalf("a released waiter's claim on a blocked key: %+v; want none", blocked)
 	}
 	clock.Advance(time.Second)
-	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	rel3, err := workergate.Release(ctx, room, "r", 1, 500*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel3.OK || rel3.Waiter != "w2" {
 		t.Fatalf("Release after the block: %+v, %v; want w2 again", rel3, err)
 	}
@@ -324,7 +324,7 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	releaseAll := func(what string, want func(i int) string, n int) {
 		t.Helper()
 		for i := range n {
-			rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+			rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -335,7 +335,7 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	}
 	enter("heavy", 300)
 	enter("light", 400)
-	rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+	rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !rel.OK || rel.Waiter != "heavy-000" {
 		t.Fatalf("Release: %+v, %v; want heavy-000", rel, err)
 	}
@@ -345,13 +345,13 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	}
 	enter("heavy", 1) // already there: keeps its place
 	releaseAll("while heavy is held", func(i int) string { return fmt.Sprintf("light-%03d", i) }, 400)
-	rel, err = workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil)
+	rel, err = workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || rel.OK || !rel.Due.Equal(clock.Now().Add(time.Minute-time.Second)) {
 		t.Fatalf("Release with only held waiters left: %+v, %v; want none, and a turn a lead before the hold ends", rel, err)
 	}
 	clock.Advance(time.Minute)
 	releaseAll("after the hold", func(i int) string { return fmt.Sprintf("heavy-%03d", i) }, 300)
-	if rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, nil); err != nil || rel.OK || !rel.Due.IsZero() {
+	if rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{}); err != nil || rel.OK || !rel.Due.IsZero() {
 		t.Fatalf("Release of an empty room: %+v, %v; want none", rel, err)
 	}
 }
@@ -375,17 +375,17 @@ func TestRoomReleasesUnitsInOrder(t *testing.T) {
 	if err := tg.Client.ZAdd(ctx, l.Key("all")+":room", redis.Z{Score: 0, Member: "old"}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	first, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	first, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !first.OK || first.Waiter != "old" || first.N != 1 || first.Payload != "o" || first.Flow != "f" {
 		t.Fatalf("first release: %+v, %v; want the earlier version's waiter, taking 1 unit", first, err)
 	}
 	// The 3 units fit the burst once the first unit's interval has passed:
 	// released 50 ms ahead of that, not sooner.
-	if early, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil); err != nil || early.OK {
+	if early, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{}); err != nil || early.OK {
 		t.Fatalf("a release 100ms before the 3 units fit: %+v, %v; want none (the waiter keeps its turn)", early, err)
 	}
 	clock.Advance(50 * time.Millisecond)
-	second, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	second, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !second.OK || second.Waiter != "big" || second.N != 3 {
 		t.Fatalf("second release: %+v, %v; want the waiter of 3 units", second, err)
 	}
@@ -398,7 +398,7 @@ func TestRoomReleasesUnitsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(second.Slot.Sub(clock.Now()) + 50*time.Millisecond)
-	third, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, nil)
+	third, err := workergate.Release(ctx, l, "all", 1, 50*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 	if err != nil || !third.OK || third.Slot.Sub(second.Slot) != 100*time.Millisecond {
 		t.Fatalf("third release: %+v, %v; want a start an interval after the 3-unit one", third, err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // release is [gate.Release].
-func release(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []gate.Hold, d gate.Dispatcher, prep *gate.Prepared) (gate.Released, error) {
+func release(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []gate.Hold, d gate.Dispatcher, b gate.Batch) (gate.Released, error) {
 	l, sp, err := meterFor(ctx, limiter, key)
 	if err != nil {
 		return gate.Released{}, err
@@ -21,11 +21,16 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 	args = append(args, itoa(sp.ticks(lead)), itoa(roomLifetime.Microseconds()), itoa(sp.ticks(notice)), d.ID, itoa(d.Lease.Microseconds()))
 	state := l.Key(key)
 	keys := append(l.roomKeys(key), state+startsSuffix, state+dispatcherSuffix)
-	if prepKeys, prepArgs, ok := l.prepared(ctx, prep); ok {
-		keys, args = append(keys, prepKeys...), append(args, prepArgs...)
-	} else {
-		args = append(args, "", "", "0", "0")
+	var prepKeys []string
+	var prepArgs []any
+	prepared := 0
+	for _, prep := range b.Prepared {
+		if k, a, ok := l.prepared(ctx, prep); ok {
+			prepKeys, prepArgs, prepared = append(prepKeys, k...), append(prepArgs, a...), prepared+1
+		}
 	}
+	args = append(args, strconv.Itoa(prepared), itoa(time.Now().UnixNano()), itoa(sp.ticks(max(0, b.Window))), strconv.Itoa(max(1, b.Most)))
+	keys, args = append(keys, prepKeys...), append(args, prepArgs...)
 	for _, h := range holds {
 		args = append(args, h.Flow, itoa(h.Until.UnixMicro()))
 	}
@@ -48,47 +53,54 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 		}
 		return r, nil
 	}
-	if len(values) < 9 {
-		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua returned %d values for a release, want 9", len(values)))
-	}
-	waiter, _ := values[1].(string)
-	payload, _ := values[2].(string)
-	tag, _ := values[4].(string)
-	flow, _ := values[7].(string)
-	delay, err := asInt(values[3])
+	first, err := releasedOf(values)
 	if err != nil {
 		return gate.Released{}, l.unavailable(ctx, err)
 	}
-	endUs, err1 := asInt(values[5])
-	endTicks, err2 := asInt(values[6])
-	if err1 != nil || err2 != nil {
-		return gate.Released{}, l.unavailable(ctx, fmt.Errorf("room.lua's release end: %v, %v", err1, err2))
-	}
-	now, err := asInt(values[8])
-	if err != nil {
-		return gate.Released{}, l.unavailable(ctx, err)
-	}
-	var next time.Time
-	if len(values) > 9 {
-		if n, err := asInt(values[9]); err == nil {
-			next = time.UnixMicro(n)
+	for i := releasedLen; i < len(values); {
+		if mark, _ := values[i].(string); mark == "#" {
+			for j := i + 1; j+1 < len(values); j += 2 {
+				id, _ := values[j].(string)
+				payload, _ := values[j+1].(string)
+				first.Next = append(first.Next, gate.Waiting{ID: id, Payload: payload})
+			}
+			break
 		}
-	}
-	units := int64(1)
-	if len(values) > 10 {
-		if units, err = asInt(values[10]); err != nil {
+		r, err := releasedOf(values[i:])
+		if err != nil {
 			return gate.Released{}, l.unavailable(ctx, err)
 		}
+		first.More = append(first.More, r)
+		i += releasedLen
 	}
-	r := gate.Released{OK: true, Waiter: waiter, Payload: payload, Flow: flow, N: int(units), Delay: micros(delay), Slot: time.UnixMicro(now + delay), Due: next,
-		Back: []string{tag, itoa(endUs), itoa(endTicks)}, Moved: -1}
-	if len(values) >= 15 {
-		booked, _ := asInt(values[11])
-		moved, _ := asInt(values[12])
-		r.Booked, r.Moved = booked == 1, int(moved)
-		r.Candidate, _ = values[13].(string)
-		r.CandidatePayload, _ = values[14].(string)
+	return first, nil
+}
+
+// releasedLen is how many values room.lua returns for each waiter let out.
+const releasedLen = 15
+
+// releasedOf reads the record room.lua returns for a waiter let out.
+func releasedOf(values []any) (gate.Released, error) {
+	if len(values) < releasedLen {
+		return gate.Released{}, fmt.Errorf("room.lua returned %d values for a release, want %d", len(values), releasedLen)
 	}
+	ints := map[int]int64{}
+	for _, i := range []int{3, 5, 6, 8, 9, 10, 11, 12} {
+		v, err := asInt(values[i])
+		if err != nil {
+			return gate.Released{}, fmt.Errorf("room.lua's release, value %d: %w", i+1, err)
+		}
+		ints[i] = v
+	}
+	r := gate.Released{OK: true, N: int(ints[10]), Delay: micros(ints[3]), Slot: time.UnixMicro(ints[8] + ints[3]), Due: time.UnixMicro(ints[9]),
+		Booked: ints[11] == 1, Moved: int(ints[12])}
+	r.Waiter, _ = values[1].(string)
+	r.Payload, _ = values[2].(string)
+	tag, _ := values[4].(string)
+	r.Flow, _ = values[7].(string)
+	r.Candidate, _ = values[13].(string)
+	r.CandidatePayload, _ = values[14].(string)
+	r.Back = []string{tag, itoa(ints[5]), itoa(ints[6])}
 	return r, nil
 }
 
@@ -104,7 +116,7 @@ func (l *Limiter) prepared(ctx context.Context, prep *gate.Prepared) (keys []str
 		return nil, nil, false
 	}
 	keys = append(keys, prep.TaskKeys...)
-	args = []any{prep.Waiter, prep.TaskID, itoa(time.Now().UnixNano()), strconv.Itoa(len(prep.Along))}
+	args = []any{prep.Waiter, prep.TaskID, strconv.Itoa(len(prep.Along))}
 	for _, part := range prep.Along {
 		m, sp, err := meterFor(ctx, part.Limiter, part.Key)
 		if err != nil || m.client != l.client || validRequest(part.Key, part.N, sp.capacity) != nil {

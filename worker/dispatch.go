@@ -82,7 +82,7 @@ type dispatcher struct {
 	leased map[roomID]bool
 	// prepared: the waiter each room is likely to let out next, which its
 	// release books and moves itself (the loop's alone).
-	prepared map[roomID]*gate.Prepared
+	prepared map[roomID][]*gate.Prepared
 	// elsewhere: rooms another dispatcher holds, and till when (under mu).
 	elsewhere map[roomID]time.Time
 }
@@ -259,7 +259,9 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 	}()
 	for range 32 {
 		lead := t.laneLead()
-		rel, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self, d.prepared[room])
+		batch := gate.Batch{Prepared: d.prepared[room], Window: releaseWindow, Most: releaseMost}
+		first, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self, batch)
+		rel := first
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond)
 		}
@@ -291,54 +293,27 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 		}
 		t.noteAnswer()
 		if d.prepared == nil {
-			d.prepared = map[roomID]*gate.Prepared{}
+			d.prepared = map[roomID][]*gate.Prepared{}
 		}
-		d.prepared[room] = t.prepare(rel.Candidate, rel.CandidatePayload)
-		parts := strings.Split(rel.Payload, "\x1f")
-		if len(parts) < 2 || (len(parts)-2)%3 != 0 {
-			// Not ours to read (or written by an earlier version, whose
-			// along meters came in pairs): the task comes back through
-			// asynq's own retry.
-			_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter)
-			continue
+		next := first.Next
+		if len(next) == 0 {
+			next = []gate.Waiting{{ID: first.Candidate, Payload: first.CandidatePayload}}
 		}
-		queue, id := parts[0], parts[1]
-		if rel.Booked {
-			// Prepared for: booked on its other meters, and moved, by the
-			// release itself.
-			if rel.Moved != laneMoved {
-				// Not in asynq's hands yet: moved as soon as it is.
-				t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+		d.prepared[room] = d.prepared[room][:0]
+		for _, w := range next {
+			if prep := t.prepare(w.ID, w.Payload); prep != nil {
+				d.prepared[room] = append(d.prepared[room], prep)
 			}
-			if rel.Due.After(time.Now()) {
-				return rel.Due
+		}
+		for _, r := range append([]gate.Released{first}, first.More...) {
+			rel = r
+			if until, held := t.letOut(ctx, rule, key, rel); held && len(holds) < maxHolds {
+				// The flow's own limits have no room before until: the
+				// room holds it back till then rather than release its
+				// next waiter sooner, only to put it back.
+				holds = append(holds, gate.Hold{Flow: rel.Flow, Until: until})
 			}
-			due = rel.Due
-			continue
 		}
-		until, ok := t.bookAlong(ctx, rel, parts[2:])
-		if !ok {
-			_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
-			continue
-		}
-		if until.After(rel.Slot) && len(holds) < maxHolds {
-			// The flow's own limits have no room before until: the room
-			// holds it back till then rather than release its next waiter
-			// sooner, only to put it back.
-			holds = append(holds, gate.Hold{Flow: rel.Flow, Until: until})
-		}
-		// The move goes on beside the next release: the dispatcher's round
-		// trips in a row are what bounds a room's rate when Redis is slow.
-		d.moves.Add(1)
-		go func() {
-			defer d.moves.Done()
-			moved, err := t.move(ctx, queue, id)
-			if err != nil || moved != laneMoved {
-				// Not in asynq's hands yet (or Redis failed): moved as
-				// soon as it is.
-				t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
-			}
-		}()
 		if rel.Due.After(time.Now()) {
 			return rel.Due // the meter has no room for the next before then
 		}
@@ -346,6 +321,58 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 	}
 	return time.Now()
 }
+
+// letOut sends a waiter a room let out on its way: a release prepared for
+// it booked its along meters and moved its task; otherwise its along
+// meters are booked here (put back in the room when one has no room) and
+// its task moved beside the next release. It returns until when the
+// waiter's flow is to be held back, and whether it is.
+func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate.Released) (time.Time, bool) {
+	d := &t.dispatch
+	parts := strings.Split(rel.Payload, "\x1f")
+	if len(parts) < 2 || (len(parts)-2)%3 != 0 {
+		// Not ours to read (or written by an earlier version, whose along
+		// meters came in pairs): the task comes back through asynq's own
+		// retry.
+		_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter)
+		return time.Time{}, false
+	}
+	queue, id := parts[0], parts[1]
+	if rel.Booked {
+		if rel.Moved != laneMoved {
+			// Not in asynq's hands yet: moved as soon as it is.
+			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+		}
+		return time.Time{}, false
+	}
+	until, ok := t.bookAlong(ctx, rel, parts[2:])
+	if !ok {
+		_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
+		return time.Time{}, false
+	}
+	// The move goes on beside the next release: the dispatcher's round
+	// trips in a row are what bounds a room's rate when Redis is slow.
+	d.moves.Add(1)
+	go func() {
+		defer d.moves.Done()
+		moved, err := t.move(ctx, queue, id)
+		if err != nil || moved != laneMoved {
+			// Not in asynq's hands yet (or Redis failed): moved as soon as
+			// it is.
+			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
+		}
+	}()
+	return until, until.After(rel.Slot)
+}
+
+// A release lets out up to releaseMost waiters in one call, those after
+// the first as long as their starts are within the lead and releaseWindow
+// after it: they come to a worker up to that much earlier than they must,
+// and wait there for their slots.
+const (
+	releaseMost   = 4
+	releaseWindow = 100 * time.Millisecond
+)
 
 // roomLead is how long before its start a waiter is let out of a room: the
 // lane's lead, so that it reaches a worker in time, and the dispatcher's

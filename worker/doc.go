@@ -60,9 +60,11 @@
 //     take the room over when the lease ends unrenewed, or at once when its
 //     holder's Throttler is closed. On one Redis server (not a Cluster)
 //     a task's starts on all these rules are one call, which also puts a
-//     refused task in the room; and a release books the waiter's slot on
-//     its other rules and moves its task in its own call, for the waiter
-//     the dispatcher expects (the first in the room's order).
+//     refused task in the room; and a release lets out up to four
+//     waiters whose slots fall within the lead and 100 ms more, booking
+//     their slots on their other rules and moving their tasks in its own
+//     call, for the waiters the dispatcher expects (the first in the
+//     room's order).
 //   - Under a concurrency cap whose slots are all taken, the task stands in
 //     the cap's line in Redis, in the order tasks came, and the release
 //     that frees a slot hands it to the task, which learns it at once

@@ -143,6 +143,11 @@ type Released struct {
 	// release ("" for none), and CandidatePayload its payload: the one to
 	// prepare the next release for.
 	Candidate, CandidatePayload string
+	// More are the waiters let out after this one in the same call (see
+	// Batch), and Next the first waiting in the room's order after the
+	// call (Batch.Most of them, when it is above 1).
+	More []Released
+	Next []Waiting
 	// Back is what PutBack needs; opaque.
 	Back []string
 }
@@ -168,6 +173,21 @@ type Prepared struct {
 	TaskKeys []string
 	Along    []AlongPart
 	Grace    time.Duration
+}
+
+// Batch is how many waiters a release may let out in one call: the first
+// as its lead says, then more, up to Most, while the next start is within
+// the lead and Window after it; Prepared are the waiters it expects (see
+// Prepared). The zero Batch lets one waiter out and prepares for none.
+type Batch struct {
+	Prepared []*Prepared
+	Window   time.Duration
+	Most     int
+}
+
+// Waiting is a waiter in a room: its ID and payload.
+type Waiting struct {
+	ID, Payload string
 }
 
 // AlongPart is one of a waiter's other meters: a *throttle.Limiter, its
@@ -250,8 +270,9 @@ var (
 	// most lead) after the release. It first holds back the flows of holds
 	// (a hold shorter than the flow's standing one changes nothing). While
 	// another dispatcher holds the room's lease it releases nothing.
-	// With prep, a release of that waiter books it and moves its task too.
-	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold, d Dispatcher, prep *Prepared) (Released, error)
+	// b lets out several waiters in one call, and books and moves those
+	// it was prepared for.
+	Release func(ctx context.Context, limiter any, key string, n int, lead, notice time.Duration, holds []Hold, d Dispatcher, b Batch) (Released, error)
 	// PutBack returns a released waiter to key's room, its place kept and
 	// its capacity given back, and holds its flow back until until (when
 	// another limit of the flow has no room before).
