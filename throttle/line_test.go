@@ -266,3 +266,38 @@ func TestReleaseHandsTheSlotOver(t *testing.T) {
 		t.Errorf("Acquire while the slot is the waiter's: %v, %v; want none", again, err)
 	}
 }
+
+// TestHandedOverLeaseOutlivesTheKey: a slot handed over 2 s into the
+// holder's lease keeps the holders' key alive for the new holder's whole
+// lease, not the 8 s the old one had left.
+func TestHandedOverLeaseOutlivesTheKey(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	c := capOf(t, tg, 1) // leases of 10 s
+	ctx := context.Background()
+	held, _, err := c.Acquire(ctx, "k")
+	if err != nil || held == nil {
+		t.Fatalf("Acquire: %v, %v", held, err)
+	}
+	got := make(chan *throttle.Lease, 1)
+	go func() {
+		l, _ := c.AcquireWait(ctx, "k")
+		got <- l
+	}()
+	waitAhead(t, c, "k", 1)
+	clock.Advance(2 * time.Second) // within the waiter's entry (3 s unless shown again)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Read at once: the release handed the slot over, before the new
+	// holder's first renewal.
+	ttl := tg.Mini.TTL(c.Key("k"))
+	if l := <-got; l == nil {
+		t.FailNow()
+	} else {
+		defer l.Release(ctx)
+	}
+	if ttl < 9*time.Second {
+		t.Errorf("the holders' key expires in %s after the hand-over; want the new lease's 10 s", ttl)
+	}
+}

@@ -80,7 +80,7 @@ type dispatcher struct {
 	// whose lease it last held (the loop's alone until it has stopped).
 	self   gate.Dispatcher
 	leased map[roomID]bool
-	// prepared: the waiter each room is likely to let out next, which its
+	// prepared: the waiters each room is likely to let out next, which its
 	// release books and moves itself (the loop's alone).
 	prepared map[roomID][]*gate.Prepared
 	// elsewhere: rooms another dispatcher holds, and till when (under mu).
@@ -261,10 +261,10 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 		lead := t.laneLead()
 		batch := gate.Batch{Prepared: d.prepared[room], Window: releaseWindow, Most: releaseMost}
 		first, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self, batch)
-		rel := first
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond)
 		}
+		rel := first // the last of the waiters let out
 		if rel.Elsewhere {
 			// Another dispatcher lets the room's waiters out: look again
 			// when its lease ends (a little after, so that a holder that

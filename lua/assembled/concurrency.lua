@@ -207,6 +207,7 @@ local function wake(reply, channel, ahead)
     return false
   end)
   if #woken > 0 then
+    prune() -- the key outlives the leases handed over too
     redis.call('PUBLISH', channel, table.concat(woken, ','))
   end
   return reply
@@ -276,7 +277,10 @@ if mode == MODE_WAIT then
   local id, ttl = ARGV[6], tonumber(ARGV[5])
   local since = tonumber(redis.call('ZSCORE', KEYS[1], holder))
   if since and since > now then
-    -- A release handed it a slot (its message may have been lost).
+    -- A release handed it a slot (its message may have been lost): its
+    -- lease runs from now, as if just acquired.
+    redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
+    prune()
     redis.call('HDEL', KEYS[3], id)
     return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0}
   end
