@@ -189,9 +189,10 @@ end
 
 if mode == MODE_PARK or mode == MODE_LEAVE then
   local id = ARGV[2]
-  local there = redis.call('HEXISTS', KEYS[3], id)
   local info = redis.call('HGET', KEYS[3], id)
+  local there = 0
   if info then
+    there = 1
     local _, way, payload = entry(info)
     if way == 'g' then
       -- Handed a slot it will not use (it left, or parks): the slot is

@@ -2,7 +2,6 @@ package throttle_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,23 +14,6 @@ import (
 // otherClient hides that a client is a *redis.Client, as a Cluster's or a
 // wrapped one would: claims under several meters then go one call a meter.
 type otherClient struct{ redis.UniversalClient }
-
-// callCounter counts the commands a client sends.
-type callCounter struct{ n atomic.Int64 }
-
-func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // TestClaimAllIsAllOrNothing: a start claimed under two meters (20/s
 // overall, 10/s for a tenant) takes both at one slot; a second start of the
@@ -46,7 +28,7 @@ func TestClaimAllIsAllOrNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tg := redistest.Embedded(t)
 			clock := tg.Clock(t)
-			calls := &callCounter{}
+			calls := &commandCounter{count: map[string]int{}}
 			single := redis.NewClient(&redis.Options{Addr: tg.Mini.Addr()})
 			single.AddHook(calls)
 			t.Cleanup(func() { single.Close() })
@@ -79,10 +61,10 @@ func TestClaimAllIsAllOrNothing(t *testing.T) {
 			if len(first) != 2 || first[0].Status != workergate.Taken || first[1].Status != workergate.Taken || !first[1].Slot.Equal(first[0].Slot) || !first[0].Slot.Equal(now) {
 				t.Fatalf("first start: %+v; want both meters taken now, at one slot", first)
 			}
-			before := calls.n.Load()
+			before := calls.total()
 			second := claim(fresh(overall, "all"), fresh(tenant, "acme"))
-			if want := map[bool]int64{true: 1, false: 3}[together]; calls.n.Load()-before != want {
-				t.Errorf("the refused start took %d round trips, want %d", calls.n.Load()-before, want)
+			if want := map[bool]int{true: 1, false: 3}[together]; calls.total()-before != want {
+				t.Errorf("the refused start took %d round trips, want %d", calls.total()-before, want)
 			}
 			if len(second) != 2 || second[0].Status != workergate.Taken || second[1].Status != workergate.NoCapacity ||
 				!second[1].Slot.Equal(now.Add(100*time.Millisecond)) {
@@ -149,11 +131,7 @@ func TestPreparedReleaseBooksAndMoves(t *testing.T) {
 	tg.Clock(t)
 	ctx := context.Background()
 	meter := func(rate int) *throttle.Limiter {
-		l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+		return newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1})
 	}
 	overall, tenant := meter(20), meter(10)
 	retry, scheduled, pending, task := tg.Prefix+"retry", tg.Prefix+"scheduled", tg.Prefix+"pending", tg.Prefix+"t:task1"
@@ -170,8 +148,8 @@ func TestPreparedReleaseBooksAndMoves(t *testing.T) {
 	if err != nil || !rel.OK || rel.Waiter != "w1" || !rel.Booked || rel.Moved != 1 {
 		t.Fatalf("release prepared for w1: %+v, %v; want w1 let out, booked and moved", rel, err)
 	}
-	if rel.Candidate != "w2" || rel.CandidatePayload != "payload of w2" {
-		t.Errorf("candidate after: %q, %q; want w2 and its payload", rel.Candidate, rel.CandidatePayload)
+	if len(rel.Next) != 1 || rel.Next[0].ID != "w2" || rel.Next[0].Payload != "payload of w2" {
+		t.Errorf("next in order after: %+v; want w2 and its payload", rel.Next)
 	}
 	if head, _ := tg.Client.LIndex(ctx, pending, -1).Result(); head != "task1" {
 		t.Errorf("the queue's head: %q; want task1", head)
@@ -212,11 +190,7 @@ func TestPreparedBatch(t *testing.T) {
 	tg.Clock(t)
 	ctx := context.Background()
 	meter := func(rate int) *throttle.Limiter {
-		l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+		return newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1})
 	}
 	overall, tenant := meter(20), meter(10)
 	retry, scheduled, pending := tg.Prefix+"retry", tg.Prefix+"scheduled", tg.Prefix+"pending"

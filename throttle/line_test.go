@@ -223,7 +223,7 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 func TestReleaseHandsTheSlotOver(t *testing.T) {
 	tg := redistest.New(t)
 	holder := capOf(t, tg, 1)
-	calls := &callCounter{}
+	calls := &commandCounter{count: map[string]int{}}
 	own := tg.NewClient(t)
 	own.AddHook(calls)
 	waiter := newConcurrency(t, own, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
@@ -250,7 +250,7 @@ func TestReleaseHandsTheSlotOver(t *testing.T) {
 			t.Fatal("the waiter never listened on its key's channel")
 		}
 	}
-	before := calls.n.Load()
+	before := calls.total()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestReleaseHandsTheSlotOver(t *testing.T) {
 		t.FailNow()
 	}
 	defer l.Release(ctx)
-	if asked := calls.n.Load() - before; asked != 0 {
+	if asked := calls.total() - before; asked != 0 {
 		t.Errorf("the waiter asked %d more times after the release; want none: the release hands it the slot", asked)
 	}
 	if again, _, err := holder.Acquire(ctx, "k"); err != nil || again != nil {

@@ -77,14 +77,14 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 }
 
 // releasedLen is how many values room.lua returns for each waiter let out.
-const releasedLen = 15
+const releasedLen = 13
 
 // releasedOf reads the record room.lua returns for a waiter let out.
 func releasedOf(values []any) (gate.Released, error) {
 	if len(values) < releasedLen {
 		return gate.Released{}, fmt.Errorf("room.lua returned %d values for a release, want %d", len(values), releasedLen)
 	}
-	ints := map[int]int64{}
+	var ints [releasedLen]int64
 	for _, i := range []int{3, 5, 6, 8, 9, 10, 11, 12} {
 		v, err := asInt(values[i])
 		if err != nil {
@@ -98,8 +98,6 @@ func releasedOf(values []any) (gate.Released, error) {
 	r.Payload, _ = values[2].(string)
 	tag, _ := values[4].(string)
 	r.Flow, _ = values[7].(string)
-	r.Candidate, _ = values[13].(string)
-	r.CandidatePayload, _ = values[14].(string)
 	r.Back = []string{tag, itoa(ints[5]), itoa(ints[6])}
 	return r, nil
 }

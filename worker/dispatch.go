@@ -295,12 +295,8 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 		if d.prepared == nil {
 			d.prepared = map[roomID][]*gate.Prepared{}
 		}
-		next := first.Next
-		if len(next) == 0 {
-			next = []gate.Waiting{{ID: first.Candidate, Payload: first.CandidatePayload}}
-		}
 		d.prepared[room] = d.prepared[room][:0]
-		for _, w := range next {
+		for _, w := range first.Next {
 			if prep := t.prepare(w.ID, w.Payload); prep != nil {
 				d.prepared[room] = append(d.prepared[room], prep)
 			}

@@ -139,13 +139,10 @@ type Released struct {
 	// of its queue did (1 moved, 2 not there yet, 0 gone), else -1.
 	Booked bool
 	Moved  int
-	// Candidate is the waiter first in the room's order after this
-	// release ("" for none), and CandidatePayload its payload: the one to
-	// prepare the next release for.
-	Candidate, CandidatePayload string
 	// More are the waiters let out after this one in the same call (see
 	// Batch), and Next the first waiting in the room's order after the
-	// call (Batch.Most of them, when it is above 1).
+	// call (Batch.Most of them, one for the zero Batch): those to prepare
+	// the next release for.
 	More []Released
 	Next []Waiting
 	// Back is what PutBack needs; opaque.

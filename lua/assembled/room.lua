@@ -545,14 +545,12 @@ end
 --          a hold that ends sooner than the flow's standing one changes
 --          nothing)
 --          Returns {1, waiter ID, payload, start delay us, tag, end us,
---          end ticks, flow, now_us, next_us, units, booked, moved,
---          candidate, candidate payload} for each waiter released, in turn
---          (next_us: when the next may be; booked: 1 when it was a waiter
---          prepared for, booked on its other meters; moved: common.lua's
---          move_to_head, or -1; candidate: the first waiting in the room's
---          order then, and its payload, "" for none), then, when most > 1,
---          "#" and the IDs and payloads of the first most waiting in the
---          room's order; {0, due_us, now_us} otherwise,
+--          end ticks, flow, now_us, next_us, units, booked, moved} for each
+--          waiter released, in turn (next_us: when the next may be;
+--          booked: 1 when it was a waiter prepared for, booked on its other
+--          meters; moved: common.lua's move_to_head, or -1), then "#" and
+--          the IDs and payloads of the first most waiting in the room's
+--          order; {0, due_us, now_us} otherwise,
 --          due_us the instant to try again (0: the room is empty); {2,
 --          lease_end_us, now_us} when another dispatcher holds the lease. A
 --          waiter whose units do not fit by the lead keeps its turn: nobody
@@ -686,18 +684,7 @@ local function release(id, info, flow, payload, tag, units)
   room_keep(R, tonumber(ARGV[7]))
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - base_lead, den))
-  -- The waiter most likely let out next: the first in the room's order.
-  local candidate, candidate_payload = '', ''
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if head[1] then
-    local head_info = redis.call('HGET', KEYS[3], head[1])
-    if head_info and string.sub(head_info, 1, 1) ~= '=' then
-      local _, _, head_payload = parse_waiter(head_info)
-      candidate, candidate_payload = head[1], head_payload
-    end
-  end
-  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units, booked, moved,
-    candidate, candidate_payload}
+  return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units, booked, moved}
 end
 
 -- fits returns the start, in ticks from now, of a waiter of units no
@@ -822,7 +809,7 @@ for _ = 1, most do
     out[#out + 1] = v
   end
   if r[13] == 3 then
-    moves[#moves + 1] = {prepared[r[2]], #out - 2} -- its task, its moved field
+    moves[#moves + 1] = {prepared[r[2]], #out} -- its task, its moved field (the last)
   end
   if r[12] ~= 1 then
     -- Not prepared for: its other meters are booked by the caller, which
@@ -845,17 +832,15 @@ for i = #moves, 1, -1 do
   local p = moves[i][1]
   out[moves[i][2]] = move_to_head(KEYS[p.k], KEYS[p.k + 1], KEYS[p.k + 2], KEYS[p.k + 3], p.task, now_ns)
 end
-if most > 1 then
-  -- The waiters most likely let out next, to prepare for: the first in
-  -- the room's order.
-  out[#out + 1] = '#'
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, most - 1)) do
-    local info = redis.call('HGET', KEYS[3], id)
-    if info and string.sub(info, 1, 1) ~= '=' then
-      local _, _, payload = parse_waiter(info)
-      out[#out + 1] = id
-      out[#out + 1] = payload
-    end
+-- The waiters most likely let out next, to prepare for: the first in the
+-- room's order.
+out[#out + 1] = '#'
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, most - 1)) do
+  local info = redis.call('HGET', KEYS[3], id)
+  if info and string.sub(info, 1, 1) ~= '=' then
+    local _, _, payload = parse_waiter(info)
+    out[#out + 1] = id
+    out[#out + 1] = payload
   end
 end
 return out
