@@ -72,6 +72,8 @@ type demo struct {
 	offsetErr   time.Duration          // within how much offset is known
 	waited      map[string]int         // tenant → tasks that waited inline
 	resched     map[string]int         // tenant → reschedules
+	seen        map[string]bool        // partner calls' task IDs the throttle has decided on
+	allSeen     time.Time              // when the last of them was first decided on, on this process's clock
 	gaveUp      int
 	undecided   int
 	closeOnce   sync.Once
@@ -82,6 +84,7 @@ func startDemo(opts options) (*demo, error) {
 		opts: opts, started: time.Now(), finished: make(chan struct{}),
 		expected: map[string]int{}, runs: map[string]int{}, ranBy: map[string]int{}, tenantOf: map[string]string{},
 		admitted: map[string][]time.Time{}, waited: map[string]int{}, resched: map[string]int{},
+		seen: map[string]bool{},
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -298,6 +301,10 @@ func (d *demo) observe(e worker.Event) {
 	tenant, ok := d.tenantOf[id]
 	if !ok && strings.HasPrefix(id, "nightly-resync@") {
 		tenant = batchTenant // the scheduler's batch
+	}
+	if e.TaskType == "partner:sync" && !d.seen[id] {
+		d.seen[id] = true
+		d.allSeen = time.Now()
 	}
 	if (e.Kind == worker.Admitted || e.Kind == worker.WaitedInline) && e.TaskType == "partner:sync" && !e.Slot.IsZero() {
 		d.admitLocked(tenant, e.Slot)

@@ -9,7 +9,7 @@
 // clock, where the limits decide, with every call at the partner within
 // 400 ms of its admission; for window rules, of calls at the partner, in
 // any second less those 400 ms), no tenant's first call behind another's
-// backlog, each tenant's fair share while all have calls left, nothing
+// backlog, each tenant's fair share while all have calls waiting, nothing
 // failed or archived. It exits 0 when the run held the policy,
 // 1 when it did not, 2 when it could not run, and 130 when interrupted.
 //
