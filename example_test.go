@@ -34,10 +34,10 @@ func Example() {
 		// The tenant is the "tenant_id" field of the task's JSON payload.
 		worker.Rate("tenant", worker.Pattern("partner:*"), perTenant,
 			worker.KeyBy(worker.ByPayloadField("tenant_id"))),
-		worker.Concurrency("exports", worker.Type("export:run"), exports),
+		worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("exports"))),
 	})
 	if err != nil {
-		log.Fatal(err) // a rule without a name, matcher or limiter
+		log.Fatal(err) // a rule without a name, matcher, key or limiter
 	}
 
 	cfg := asynq.Config{Concurrency: 10}

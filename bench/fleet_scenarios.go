@@ -37,7 +37,7 @@ var scenarios = []scenario{
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
 			l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100})
-			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant, worker.KeyBy(worker.ByType()))}, err
 		},
 	},
 	{
@@ -45,7 +45,7 @@ var scenarios = []scenario{
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond, perKey: 21, ideal: 80,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
 			l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
-			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant, worker.KeyBy(worker.ByType()))}, err
 		},
 	},
 	{
@@ -58,7 +58,7 @@ var scenarios = []scenario{
 			}
 			overall, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 			return []worker.Rule{
-				worker.Rate("tenant", fleetTask, tenant, byTenant),
+				worker.Rate("tenant", fleetTask, tenant, byTenant, worker.KeyBy(worker.ByType())),
 				worker.Rate("overall", fleetTask, overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))),
 			}, err
 		},

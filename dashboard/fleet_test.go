@@ -86,8 +86,8 @@ func startLiveFleet(t *testing.T, tg *redistest.Target, steady []string, bursty 
 		}
 		byTenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 		th, err := worker.New(client, []worker.Rule{
-			worker.Rate("tenant-rate", worker.Pattern("partner:*"), rate, byTenant),
-			worker.Concurrency("tenant-cap", worker.Pattern("partner:*"), perTenantCap, byTenant),
+			worker.Rate("tenant-rate", worker.Pattern("partner:*"), rate, byTenant, worker.KeyBy(worker.ByType())),
+			worker.Concurrency("tenant-cap", worker.Pattern("partner:*"), perTenantCap, byTenant, worker.KeyBy(worker.ByType())),
 		}, worker.WithPrefix(tg.Prefix), worker.WithObserver(pub), worker.WithInlineWait(0))
 		if err != nil {
 			t.Fatal(err)

@@ -110,7 +110,7 @@ jobthrottle_worker_tasks_total{event="degraded",rule="",task_type="export"} 1
 			c, registry := newCollector(t)
 			exports := newConcurrency(t, down, "x:", throttle.Concurrency{Limit: 1, Lease: time.Minute},
 				throttle.WithName("exports"), throttle.WithFailurePolicy(tc.policy), throttle.WithObserver(c), throttle.WithLogger(nil))
-			th, err := worker.New(down, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports)},
+			th, err := worker.New(down, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports, worker.KeyBy(worker.ByType()))},
 				worker.WithObserver(workermetrics.Observer(c)), worker.WithLogger(nil), worker.WithSettle(false))
 			if err != nil {
 				t.Fatal(err)
@@ -154,7 +154,7 @@ func TestWorkerFleetEndToEnd(t *testing.T) {
 		o.Observe(e)
 		events.Observe(e)
 	})
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports)},
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports, worker.KeyBy(worker.ByType()))},
 		worker.WithObserver(both))
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {

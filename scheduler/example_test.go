@@ -38,7 +38,7 @@ func ExamplePace() {
 		return
 	}
 	th, err := worker.New(rdb, []worker.Rule{
-		worker.Rate("partner", worker.Type("partner:sync"), limiter),
+		worker.Rate("partner", worker.Type("partner:sync"), limiter, worker.KeyBy(worker.Constant("partner"))),
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -78,7 +78,7 @@ func ExampleScheduler_Add() {
 		log.Fatal(err)
 	}
 	th, err := worker.New(rdb, []worker.Rule{
-		worker.Rate("partner", worker.Type("partner:sync"), perTenant),
+		worker.Rate("partner", worker.Type("partner:sync"), perTenant, worker.KeyBy(worker.Constant("partner"))),
 	})
 	if err != nil {
 		log.Fatal(err)

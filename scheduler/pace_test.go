@@ -24,7 +24,7 @@ func pacingThrottler(t *testing.T, tg *redistest.Target, rate int, events worker
 	if events != nil {
 		opts = append(opts, worker.WithObserver(events))
 	}
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("partner", worker.Type("sync"), limiter)}, opts...)
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("partner", worker.Type("sync"), limiter, worker.KeyBy(worker.ByType()))}, opts...)
 	// The scheduler plans around the workers' asynq settings.
 	var cfg asynq.Config
 	th.Configure(&cfg)

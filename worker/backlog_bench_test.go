@@ -147,7 +147,7 @@ func runBacklog(b *testing.B, policy throttle.Policy, rate float64, forwarder ti
 		b.Fatal(err)
 	}
 	var seen asynqtest.Events
-	th, err := worker.New(limiterClient, []worker.Rule{worker.Rate("backlog", worker.AnyTask(), limiter)},
+	th, err := worker.New(limiterClient, []worker.Rule{worker.Rate("backlog", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))},
 		worker.WithPrefix(tg.Prefix), worker.WithObserver(&seen))
 	if err != nil {
 		b.Fatal(err)

@@ -58,7 +58,7 @@ func runCapped(tb testing.TB, tg *redistest.Target, tasks, limit, servers int, w
 		tb.Fatal(err)
 	}
 	var log leaseLog
-	th, err := worker.New(client, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), capLimiter)},
+	th, err := worker.New(client, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), capLimiter, worker.KeyBy(worker.ByType()))},
 		worker.WithPrefix(tg.Prefix), worker.WithObserver(&log), worker.WithLogger(nil))
 	if err != nil {
 		tb.Fatal(err)

@@ -51,7 +51,7 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 			held.Add(-1)
 		}
 	})
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter)}, worker.WithObserver(gauge))
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), limiter, worker.KeyBy(worker.ByType()))}, worker.WithObserver(gauge))
 	var running, most atomic.Int32
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {

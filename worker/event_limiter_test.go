@@ -66,24 +66,24 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 	}{
 		{"rescheduled by a named rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
-			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l)}, map[string]string{"hourly": l.Name()}, nil
+			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"rescheduled by an unnamed rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
-			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l)}, map[string]string{"hourly": l.Name()}, nil
+			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"waited inline for a meter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			l := rateLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1}, throttle.WithName("meter"))
-			return []worker.Rule{worker.Rate("paced", worker.AnyTask(), l)}, map[string]string{"paced": l.Name()},
+			return []worker.Rule{worker.Rate("paced", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"paced": l.Name()},
 				[]worker.Option{worker.WithInlineWait(time.Second)}
 		}, 2, []string{"admitted ", "waited_inline paced"}},
 		{"lease of a named concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
-			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()}, nil
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType()))}, map[string]string{"capped": c.Name()}, nil
 		}, 1, []string{"lease_taken capped", "lease_released capped"}},
 		{"lease of an unnamed concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute})
-			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()}, nil
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType()))}, map[string]string{"capped": c.Name()}, nil
 		}, 1, []string{"lease_taken capped", "lease_released capped"}},
 		{"rescheduled by a full concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
@@ -92,15 +92,15 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 				t.Fatalf("Acquire: %v", err)
 			}
 			t.Cleanup(func() { _ = lease.Release(context.Background()) })
-			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c)}, map[string]string{"capped": c.Name()},
+			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType()))}, map[string]string{"capped": c.Name()},
 				[]worker.Option{worker.WithInlineWait(0)}
 		}, 1, []string{"rescheduled capped"}},
 		{"a rate rule and a concurrency rule", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
 			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
 			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
 			return []worker.Rule{
-					worker.Rate("hourly", worker.AnyTask(), l),
-					worker.Concurrency("capped", worker.AnyTask(), c),
+					worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType())),
+					worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType())),
 				}, map[string]string{"hourly": l.Name(), "capped": c.Name()},
 				nil
 		}, 2, []string{"admitted ", "lease_taken capped", "lease_released capped", "rescheduled hourly"}},
@@ -156,8 +156,8 @@ func TestWorkerObserversGivenMoreThanOnce(t *testing.T) {
 				opts = append(opts, worker.WithObserver(eventObserver(log, log.Add())))
 			}
 			th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-				worker.Rate("hourly", worker.AnyTask(), l),
-				worker.Concurrency("capped", worker.AnyTask(), c),
+				worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType())),
+				worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType())),
 			}, opts...)
 			runTasks(t, th, 2)
 			log.CheckOrder(t, n, []string{

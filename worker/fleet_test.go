@@ -24,7 +24,7 @@ func TestFleetHoldsTheRate(t *testing.T) {
 	tg := redistest.New(t)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	var seen asynqtest.Events
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("email", worker.Type("email:send"), limiter)},
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("email", worker.Type("email:send"), limiter, worker.KeyBy(worker.ByType()))},
 		worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(5*time.Millisecond))
@@ -101,7 +101,7 @@ func TestTenantsAreHeldApart(t *testing.T) {
 func TestTasksWithoutRetriesAreNeverArchived(t *testing.T) {
 	tg := redistest.New(t)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter)})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 10, th, log.Handler(0))
 	var ids []string
@@ -122,7 +122,7 @@ func TestTasksWithoutRetriesAreHandedOver(t *testing.T) {
 	tg := redistest.New(t)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 3 * time.Second}, Burst: 1})
 	var seen asynqtest.Events
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("slow", worker.AnyTask(), limiter)}, worker.WithObserver(&seen))
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("slow", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))}, worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 5, th, log.Handler(0))
 	var ids []string

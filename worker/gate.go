@@ -115,17 +115,26 @@ const (
 func meterRoles(rules []*Rule) []int {
 	roles := make([]int, len(rules))
 	var meters []int
-	room := -1
+	room, changeable := -1, -1
 	for i, r := range rules {
 		if r.limiter == nil || !gate.Meter(r.limiter) {
 			continue
 		}
 		meters = append(meters, i)
-		if room < 0 && (r.fair != nil || gate.Changeable(r.limiter)) {
-			// shared fairly, or its policy may change: its tasks wait in
-			// its room rather than book slots at the policy of today
+		switch {
+		case r.fair != nil && room < 0:
+			// shared fairly: its tasks wait in its room, whatever the
+			// order of the rules and whatever else is named (New lets
+			// no task match two FairBy rules)
 			room = i
+		case changeable < 0 && gate.Changeable(r.limiter):
+			changeable = i
 		}
+	}
+	if room < 0 {
+		// its policy may change: its tasks wait in its room rather than
+		// book slots at the policy of today
+		room = changeable
 	}
 	switch {
 	case len(meters) == 0:

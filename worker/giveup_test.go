@@ -60,7 +60,7 @@ const farWindow = 10 * 365 * 24 * time.Hour
 func TestThrottlingUsesNoRetries(t *testing.T) {
 	tg := redistest.New(t)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter)})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
 	f.Enqueue(t, "sync", nil)
@@ -96,7 +96,7 @@ func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
 	var seen asynqtest.Events
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2})),
+		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2}), worker.KeyBy(worker.ByType())),
 	}, worker.WithObserver(&seen))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))

@@ -50,7 +50,7 @@ func TestRetryDelayOfAHandlersThrottledError(t *testing.T) {
 func TestHandlersThrottledErrorOnRealServers(t *testing.T) {
 	tg := redistest.New(t)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 100})
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("any", worker.Type("ruled"), limiter)})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("any", worker.Type("ruled"), limiter, worker.KeyBy(worker.ByType()))})
 	var mu sync.Mutex
 	attempts := map[string][]time.Time{}
 	retried := map[string][]int{}
@@ -123,7 +123,7 @@ func TestLostLeaseStopsTheHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen asynqtest.Events
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("export", worker.AnyTask(), conc)}, worker.WithObserver(&seen))
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("export", worker.AnyTask(), conc, worker.KeyBy(worker.ByType()))}, worker.WithObserver(&seen))
 	started := make(chan struct{}, 4)
 	causes := make(chan error, 4)
 	var runs sync.Map

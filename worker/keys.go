@@ -14,7 +14,7 @@ import (
 // (see Matcher). An error fails the task (see ErrNoKey).
 type KeyFunc func(ctx context.Context, t *asynq.Task) (string, error)
 
-// ByType keys a task by its type: one limit per task type. The default.
+// ByType keys a task by its type: one limit per task type.
 func ByType() KeyFunc {
 	return func(_ context.Context, t *asynq.Task) (string, error) { return t.Type(), nil }
 }

@@ -34,7 +34,7 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen asynqtest.Events
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter)},
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter, worker.KeyBy(worker.ByType()))},
 		worker.WithObserver(&seen), worker.WithLogger(nil), worker.WithInlineWait(10*time.Second))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 5, th, log.Handler(5*time.Millisecond))
@@ -95,7 +95,7 @@ func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen asynqtest.Events
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter)},
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("sync", worker.Type("partner:sync"), limiter, worker.KeyBy(worker.ByType()))},
 		worker.WithObserver(&seen), worker.WithLogger(nil), worker.WithInlineWait(10*time.Second))
 	var log asynqtest.RunLog
 	const tasks = 20
@@ -204,7 +204,7 @@ func TestNothingIsLostInRoomsAndLines(t *testing.T) {
 	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Concurrency("cap", worker.Type("partner:sync"), capped, worker.KeyBy(worker.Constant("all"))),
-		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, tenant),
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, tenant, worker.KeyBy(worker.ByType())),
 		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))),
 	}, worker.WithObserver(&seen), worker.WithLogger(nil))
 	var log asynqtest.RunLog

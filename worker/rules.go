@@ -28,7 +28,7 @@ type Rule struct {
 }
 
 // Rate returns a rule that holds the tasks match picks to limiter's
-// policy, one limit per key (by default the task type).
+// policy, one limit per key (see [KeyBy], which every rule needs).
 //
 // With a TokenBucket or GCRA limiter a task that cannot run within the
 // inline wait books its slot for later (up to [BookAhead]) and is brought
@@ -41,7 +41,7 @@ type Rule struct {
 // task returns after the limiter's RetryAfter, spread by a random jitter
 // of up to that much again (at least 1 s, at most 30 s).
 func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
-	r := Rule{name: name, match: match, limiter: limiter, key: ByType(), bookAhead: DefaultBookAhead}
+	r := Rule{name: name, match: match, limiter: limiter, bookAhead: DefaultBookAhead}
 	if limiter == nil {
 		r.err = fmt.Errorf("%w: rule %q has a nil limiter", ErrInvalidRule, name)
 	}
@@ -57,7 +57,7 @@ func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOpt
 // and goes back to asynq, and is called back to the head of its queue as
 // its turn nears (or returns after 10 s if nobody calls it).
 func Concurrency(name string, match Matcher, limiter *throttle.ConcurrencyLimiter, opts ...RuleOption) Rule {
-	r := Rule{name: name, match: match, conc: limiter, key: ByType()}
+	r := Rule{name: name, match: match, conc: limiter}
 	if limiter == nil {
 		r.err = fmt.Errorf("%w: rule %q has a nil limiter", ErrInvalidRule, name)
 	}
@@ -90,6 +90,10 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: a rule needs a name", ErrInvalidRule)
 	case r.match == nil:
 		return fmt.Errorf("%w: rule %q has no matcher", ErrInvalidRule, r.name)
+	case r.key == nil:
+		return fmt.Errorf("%w: rule %q has no key: say what it counts with KeyBy, such as "+
+			"KeyBy(ByPayloadField(\"tenant_id\")) for a limit per tenant, KeyBy(Constant(\"all\")) for one limit "+
+			"over all its tasks, KeyBy(ByType()) for one per task type", ErrInvalidRule, r.name)
 	case r.fair != nil && (r.limiter == nil || !gate.Meter(r.limiter)):
 		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
 	case r.cost != nil && r.conc != nil:
@@ -103,6 +107,27 @@ func (r Rule) validate() error {
 	return nil
 }
 
+// oneFairRulePerTask refuses rules of which two share fairly (FairBy) and
+// could match the same task: a task waits for its turn in one rule's
+// waiting room, so only one rule can share its limit fairly between the
+// task's flows. Rules whose matchers show they pick different tasks (Type
+// lists with no type in common, say) may each share fairly.
+func oneFairRulePerTask(rules []Rule) error {
+	for i, a := range rules {
+		if a.fair == nil {
+			continue
+		}
+		for _, b := range rules[i+1:] {
+			if b.fair != nil && mayOverlap(a.match, b.match) {
+				return fmt.Errorf("%w: rules %q and %q both share fairly (FairBy) and may match the same task; "+
+					"a task is shared fairly under one rule only: keep FairBy on one of them, "+
+					"or match different task types (worker.Type) in each", ErrInvalidRule, a.name, b.name)
+			}
+		}
+	}
+	return nil
+}
+
 // RuleOption configures a Rule.
 type RuleOption interface {
 	apply(*Rule) error
@@ -112,7 +137,9 @@ type ruleOptionFunc func(*Rule) error
 
 func (f ruleOptionFunc) apply(r *Rule) error { return f(r) }
 
-// KeyBy sets how the rule keys a task. Default: [ByType].
+// KeyBy sets how the rule keys a task: the rule keeps one limit per key.
+// Every rule needs one; [New] refuses a rule without it, rather than pick
+// a key that would silently turn "per tenant" into "overall".
 func KeyBy(key KeyFunc) RuleOption {
 	return ruleOptionFunc(func(r *Rule) error {
 		if key == nil {

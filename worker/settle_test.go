@@ -24,7 +24,7 @@ func TestSettleWaitsForRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.Type("t"), limiter)},
+		th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("r", worker.Type("t"), limiter, worker.KeyBy(worker.ByType()))},
 			worker.WithLogger(nil), worker.WithSettle(settle))
 		returned := make(chan error, 1)
 		stopped := make(chan struct{})

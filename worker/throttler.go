@@ -76,6 +76,9 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 		}
 		names[r.name] = true
 	}
+	if err := oneFairRulePerTask(rules); err != nil {
+		return nil, err
+	}
 	cfg := config{inlineWait: DefaultInlineWait, prefix: "throttle:", settle: true}
 	for _, opt := range opts {
 		if opt == nil {

@@ -19,28 +19,55 @@ func TestNewRejectsBadRules(t *testing.T) {
 	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 1, Window: time.Second})
 	capped, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Second})
-	good := worker.Rate("ok", worker.AnyTask(), limiter)
+	good := worker.Rate("ok", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))
+	fair := func(name string, m worker.Matcher) worker.Rule {
+		return worker.Rate(name, m, limiter, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByType()))
+	}
 	for name, rules := range map[string][]worker.Rule{
 		"none":          nil,
-		"no name":       {worker.Rate("", worker.AnyTask(), limiter)},
-		"nil matcher":   {worker.Rate("r", nil, limiter)},
-		"nil limiter":   {worker.Rate("r", worker.AnyTask(), nil)},
-		"nil conc":      {worker.Concurrency("r", worker.AnyTask(), nil)},
-		"bad pattern":   {worker.Rate("r", worker.Pattern("a["), limiter)},
+		"no name":       {worker.Rate("", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))},
+		"nil matcher":   {worker.Rate("r", nil, limiter, worker.KeyBy(worker.ByType()))},
+		"nil limiter":   {worker.Rate("r", worker.AnyTask(), nil, worker.KeyBy(worker.ByType()))},
+		"nil conc":      {worker.Concurrency("r", worker.AnyTask(), nil, worker.KeyBy(worker.ByType()))},
+		"bad pattern":   {worker.Rate("r", worker.Pattern("a["), limiter, worker.KeyBy(worker.ByType()))},
 		"duplicate":     {good, good},
 		"nil key":       {worker.Rate("r", worker.AnyTask(), limiter, worker.KeyBy(nil))},
-		"nil option":    {worker.Rate("r", worker.AnyTask(), limiter, nil)},
-		"bad bookahead": {worker.Rate("r", worker.AnyTask(), limiter, worker.BookAhead(0))},
-		"bad give-up":   {worker.Rate("r", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: -1}))},
-		"fair window":   {worker.Rate("r", worker.AnyTask(), window, worker.FairBy(worker.ByType()))},
-		"fair cap":      {worker.Concurrency("r", worker.AnyTask(), capped, worker.FairBy(worker.ByType()))},
-		"weights only":  {worker.Rate("r", worker.AnyTask(), limiter, worker.Weights(func(string) int { return 2 }))},
-		"nil flow":      {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(nil))},
-		"nil weights":   {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(worker.ByType()), worker.Weights(nil))},
+		"nil option":    {worker.Rate("r", worker.AnyTask(), limiter, nil, worker.KeyBy(worker.ByType()))},
+		"bad bookahead": {worker.Rate("r", worker.AnyTask(), limiter, worker.BookAhead(0), worker.KeyBy(worker.ByType()))},
+		"bad give-up":   {worker.Rate("r", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: -1}), worker.KeyBy(worker.ByType()))},
+		"fair window":   {worker.Rate("r", worker.AnyTask(), window, worker.FairBy(worker.ByType()), worker.KeyBy(worker.ByType()))},
+		"fair cap":      {worker.Concurrency("r", worker.AnyTask(), capped, worker.FairBy(worker.ByType()), worker.KeyBy(worker.ByType()))},
+		"weights only":  {worker.Rate("r", worker.AnyTask(), limiter, worker.Weights(func(string) int { return 2 }), worker.KeyBy(worker.ByType()))},
+		"nil flow":      {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(nil), worker.KeyBy(worker.ByType()))},
+		"nil weights":   {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(worker.ByType()), worker.Weights(nil), worker.KeyBy(worker.ByType()))},
+		"no key":        {worker.Rate("r", worker.AnyTask(), limiter)},
+		"no cap key":    {worker.Concurrency("r", worker.AnyTask(), capped)},
+		// A task waits in one rule's room: two rules that share fairly
+		// and may match one task cannot both hold.
+		"two fair":         {fair("a", worker.AnyTask()), fair("b", worker.Type("x"))},
+		"two fair types":   {fair("a", worker.Type("x", "y")), fair("b", worker.Type("y"))},
+		"fair pattern":     {fair("a", worker.Pattern("x:*")), fair("b", worker.Type("x:1"))},
+		"fair queues":      {fair("a", worker.Queue("q")), fair("b", worker.Queue("q", "r"))},
+		"fair type, queue": {fair("a", worker.Type("x")), fair("b", worker.Queue("q"))},
 	} {
 		if _, err := worker.New(tg.Client, rules); !errors.Is(err, worker.ErrInvalidRule) {
 			t.Errorf("%s: New = %v, want ErrInvalidRule", name, err)
 		}
+	}
+	// Rules that share fairly but pick different tasks are fine.
+	for name, rules := range map[string][]worker.Rule{
+		"fair, other types":    {fair("a", worker.Type("x", "y")), fair("b", worker.Type("z"))},
+		"fair, other pattern":  {fair("a", worker.Pattern("x:*")), fair("b", worker.Type("y:1"))},
+		"fair, other queues":   {fair("a", worker.Queue("q")), fair("b", worker.Queue("r"))},
+		"fair and not fair":    {fair("a", worker.AnyTask()), good},
+		"cap keyed explicitly": {worker.Concurrency("r", worker.AnyTask(), capped, worker.KeyBy(worker.Constant("all")))},
+	} {
+		th, err := worker.New(tg.Client, rules)
+		if err != nil {
+			t.Errorf("%s: New = %v, want no error", name, err)
+			continue
+		}
+		_ = th.Close(context.Background())
 	}
 	for name, opt := range map[string]worker.Option{
 		"nil":             nil,
@@ -61,7 +88,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 	tg := redistest.Embedded(t)
 	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
-	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter)})
+	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +237,8 @@ func TestBookLeavesSharedTurnsToTheRoom(t *testing.T) {
 	}
 	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-		worker.Rate("tenant", worker.Type("paced"), perTenant, tenant),
-		worker.Rate("tenant-shared", worker.Type("shared"), perTenant, tenant),
+		worker.Rate("tenant", worker.Type("paced"), perTenant, tenant, worker.KeyBy(worker.ByType())),
+		worker.Rate("tenant-shared", worker.Type("shared"), perTenant, tenant, worker.KeyBy(worker.ByType())),
 		worker.Rate("overall", worker.Type("shared"), overall, worker.KeyBy(worker.Constant("all"))),
 	})
 	ctx := context.Background()

@@ -32,7 +32,7 @@ func main() {
 		log.Fatal(err)
 	}
 	var throttled atomic.Int32
-	th, err := worker.New(rdb, []worker.Rule{worker.Rate("partner", worker.Type("customer:sync"), limiter)},
+	th, err := worker.New(rdb, []worker.Rule{worker.Rate("partner", worker.Type("customer:sync"), limiter, worker.KeyBy(worker.Constant("partner")))},
 		worker.WithObserver(worker.ObserverFunc(func(e worker.Event) {
 			if e.Kind == worker.Rescheduled {
 				throttled.Add(1)

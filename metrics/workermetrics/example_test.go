@@ -48,7 +48,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	th, err := worker.New(rdb, []worker.Rule{worker.Concurrency("exports", worker.Type("export:run"), exports)},
+	th, err := worker.New(rdb, []worker.Rule{worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("exports")))},
 		worker.WithObserver(workermetrics.Observer(c)))
 	if err != nil {
 		fmt.Println(err)
