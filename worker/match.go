@@ -28,7 +28,9 @@ func Type(types ...string) Matcher { return typeMatcher(slices.Clone(types)) }
 
 type typeMatcher []string
 
-func (m typeMatcher) Match(_ context.Context, t *asynq.Task) bool { return slices.Contains(m, t.Type()) }
+func (m typeMatcher) Match(_ context.Context, t *asynq.Task) bool {
+	return slices.Contains(m, t.Type())
+}
 
 // Queue matches tasks from one of the asynq queues named (see QueueOf).
 func Queue(queues ...string) Matcher { return queueMatcher(slices.Clone(queues)) }
