@@ -21,12 +21,12 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 
 	// 10 partner calls per second per tenant, counted across the fleet.
-	perTenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	perTenant, err := throttle.New(rdb, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	if err != nil {
-		log.Fatal(err) // an invalid policy
+		log.Fatal(err) // an invalid name or policy
 	}
 	// At most 3 exports running at once, across the fleet.
-	exports, err := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
+	exports, err := throttle.NewConcurrencyLimiter(rdb, "exports", throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestEndToEnd(t *testing.T) {
 	registry.MustRegister(collector)
 	limiter := func(name string, p throttle.Policy) *throttle.Limiter {
 		t.Helper()
-		l, err := throttle.New(tg.NewClient(t), p, throttle.WithPrefix(tg.Prefix), throttle.WithName(name), throttle.WithObserver(collector))
+		l, err := throttle.New(tg.NewClient(t), name, p, throttle.WithPrefix(tg.Prefix), throttle.WithObserver(collector))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,8 +54,8 @@ func TestEndToEnd(t *testing.T) {
 	// clock.
 	var slotsMu sync.Mutex
 	var partnerSlots []time.Time
-	partnerLimiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(8), Burst: 1},
-		throttle.WithPrefix(tg.Prefix), throttle.WithName("partner"),
+	partnerLimiter, err := throttle.New(tg.NewClient(t), "partner", throttle.GCRA{Rate: throttle.PerSecond(8), Burst: 1},
+		throttle.WithPrefix(tg.Prefix),
 		throttle.WithObserver(throttle.ObserverFunc(func(d throttle.Decision) {
 			collector.ObserveDecision(d)
 			if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {

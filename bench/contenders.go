@@ -38,7 +38,7 @@ func theirs(rdb redis.UniversalClient) contender {
 }
 
 func ours(rdb redis.UniversalClient, prefix string, p throttle.Policy, name string, opts ...throttle.Option) (contender, error) {
-	l, err := throttle.New(rdb, p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
+	l, err := throttle.New(rdb, fmt.Sprint(p), p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		return contender{}, err
 	}
@@ -106,7 +106,7 @@ func memoryContenders(rdb redis.UniversalClient, prefix string) ([]memoryContend
 		throttle.SlidingWindow{Limit: 10, Window: time.Minute},
 		throttle.SlidingLog{Limit: 10, Window: time.Minute},
 	} {
-		l, err := throttle.New(rdb, p) // the default prefix, as users have it
+		l, err := throttle.New(rdb, fmt.Sprint(p), p) // the default prefix, as users have it
 		if err != nil {
 			return nil, err
 		}

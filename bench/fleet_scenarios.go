@@ -36,29 +36,29 @@ var scenarios = []scenario{
 		name: "never-binds", about: "GCRA far above the load (100,000/s per tenant)",
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
-			l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100})
-			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant, worker.KeyBy(worker.ByType()))}, err
+			l, err := throttle.New(rdb, "far-above", throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100})
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
 		},
 	},
 	{
 		name: "one-rule", about: "GCRA 20/s per tenant, 4 tenants, all enqueued at once",
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond, perKey: 21, ideal: 80,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
-			l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
-			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant, worker.KeyBy(worker.ByType()))}, err
+			l, err := throttle.New(rdb, "per-tenant", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
 		},
 	},
 	{
 		name: "two-rules", about: "10/s per tenant and 20/s overall shared fairly by tenant",
 		tasks: 200, tenants: 4, work: 5 * time.Millisecond, perKey: 11, overall: 21, ideal: 20,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
-			tenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+			tenant, err := throttle.New(rdb, "per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 			if err != nil {
 				return nil, err
 			}
-			overall, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+			overall, err := throttle.New(rdb, "overall", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 			return []worker.Rule{
-				worker.Rate("tenant", fleetTask, tenant, byTenant, worker.KeyBy(worker.ByType())),
+				worker.Rate("tenant", fleetTask, tenant, byTenant),
 				worker.Rate("overall", fleetTask, overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))),
 			}, err
 		},
@@ -67,7 +67,7 @@ var scenarios = []scenario{
 		name: "cap", about: "at most 3 at once, tasks of 100 ms",
 		tasks: 60, tenants: 1, work: 100 * time.Millisecond, ideal: 30,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
-			l, err := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
+			l, err := throttle.NewConcurrencyLimiter(rdb, "exports", throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
 			return []worker.Rule{worker.Concurrency("cap", fleetTask, l, worker.KeyBy(worker.Constant("all")))}, err
 		},
 	},

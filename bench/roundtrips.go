@@ -63,7 +63,7 @@ func denyFlood(addr, prefix string, cache int, d time.Duration) (flood, error) {
 	if cache > 0 {
 		opts = append(opts, throttle.WithDenyCache(cache))
 	}
-	l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, opts...)
+	l, err := throttle.New(rdb, "l", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, opts...)
 	if err != nil {
 		return flood{}, err
 	}
@@ -102,7 +102,7 @@ func batchVersusOneByOne(addr, prefix string, keys []string) (batch, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	rdb.AddHook(c)
-	l, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(huge), Burst: huge}, throttle.WithPrefix(prefix))
+	l, err := throttle.New(rdb, "l", throttle.GCRA{Rate: throttle.PerSecond(huge), Burst: huge}, throttle.WithPrefix(prefix))
 	if err != nil {
 		return batch{}, err
 	}

@@ -166,7 +166,7 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 		return "blocked " + strconv.Quote(req.Key) + " for " + d.String(), nil
 	case "set", "unset":
 		if !v.Named || v.Kind == kindConcurrency {
-			return "", bad("policies are stored for named rate limiters only (throttle.WithName); %q is not one", v.Name)
+			return "", bad("policies are stored for rate limiters only; %q is a concurrency cap", v.Name)
 		}
 		keys := []string{}
 		what := "every key of " + strconv.Quote(v.Name)

@@ -134,7 +134,7 @@ func (h *Handler) states(ctx context.Context, v limiterView, rows []fleet.KeyAct
 		return nil, err
 	}
 	var hashed map[string]bool
-	if lk := keys[v.keysName()]; lk != nil {
+	if lk := keys[v.Name]; lk != nil {
 		hashed = lk.hashed
 	}
 	callers := make([]string, len(rows))
@@ -190,7 +190,7 @@ func (h *Handler) keyRows(ctx context.Context, v limiterView, now time.Time, pre
 		return nil, err
 	}
 	rows := active
-	if lk := keys[v.keysName()]; lk != nil {
+	if lk := keys[v.Name]; lk != nil {
 		known := make(map[string]bool, len(active))
 		for _, a := range active {
 			known[a.Key] = true

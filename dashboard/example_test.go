@@ -32,8 +32,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	partner, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
-		throttle.WithName("partner-api"), throttle.WithObserver(pub))
+	partner, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1}, throttle.WithObserver(pub))
 	if err != nil {
 		fmt.Println(err)
 		return

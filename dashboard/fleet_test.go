@@ -24,8 +24,7 @@ type liveFleet struct {
 	// rate is the first server's limiter of rateName: the tenants' rate,
 	// for checking what the dashboard's actions did.
 	rate *throttle.Limiter
-	// capName is the concurrency cap's name: its policy's short form, as
-	// it has none of its own.
+	// capName is the concurrency cap's name.
 	capName string
 	log     asynqtest.RunLog
 }
@@ -44,7 +43,7 @@ var (
 
 // startLiveFleet starts the fleet on tg: two servers, each with a named
 // GCRA limiter of 5/s per tenant (a worker.Rate rule keyed by the payload's
-// "tenant") and an unnamed cap of 2 tasks at once per tenant, sending
+// "tenant") and a cap of 2 tasks at once per tenant, sending
 // every task that must wait back to asynq (no inline waits: a fast Redis
 // would otherwise absorb the excess in the handlers' waits, and nothing
 // would be throttled or rescheduled); and a
@@ -73,11 +72,11 @@ func startLiveFleet(t *testing.T, tg *redistest.Target, steady []string, bursty 
 				t.Errorf("closing server-%d's Publisher: %v", i+1, err)
 			}
 		})
-		rate, err := throttle.New(client, ratePolicy, throttle.WithPrefix(tg.Prefix), throttle.WithName(rateName), throttle.WithObserver(pub))
+		rate, err := throttle.New(client, rateName, ratePolicy, throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))
 		if err != nil {
 			t.Fatal(err)
 		}
-		perTenantCap, err := throttle.NewConcurrencyLimiter(client, capPolicy, throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))
+		perTenantCap, err := throttle.NewConcurrencyLimiter(client, "per-tenant-cap", capPolicy, throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +85,8 @@ func startLiveFleet(t *testing.T, tg *redistest.Target, steady []string, bursty 
 		}
 		byTenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 		th, err := worker.New(client, []worker.Rule{
-			worker.Rate("tenant-rate", worker.Pattern("partner:*"), rate, byTenant, worker.KeyBy(worker.ByType())),
-			worker.Concurrency("tenant-cap", worker.Pattern("partner:*"), perTenantCap, byTenant, worker.KeyBy(worker.ByType())),
+			worker.Rate("tenant-rate", worker.Pattern("partner:*"), rate, byTenant),
+			worker.Concurrency("tenant-cap", worker.Pattern("partner:*"), perTenantCap, byTenant),
 		}, worker.WithPrefix(tg.Prefix), worker.WithObserver(pub), worker.WithInlineWait(0))
 		if err != nil {
 			t.Fatal(err)

@@ -39,8 +39,8 @@ func newSite(t *testing.T, opts ...dashboard.Option) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := throttle.New(tgt.Client, throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2},
-		throttle.WithPrefix(tgt.Prefix), throttle.WithName("partner-api"), throttle.WithObserver(pub))
+	l, err := throttle.New(tgt.Client, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithObserver(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

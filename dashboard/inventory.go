@@ -33,7 +33,6 @@ type inventory struct {
 type limiterKeys struct {
 	name      string
 	algorithm string // as in its keys: "gcra", …, "conc"
-	form      string // the policy in its keys, for a limiter without a name
 	callers   []string
 	hashed    map[string]bool // callers stored by hash: they cannot be read
 }
@@ -62,12 +61,9 @@ func (inv *inventory) keys(ctx context.Context) (map[string]*limiterKeys, error)
 			continue // the worker's, the scheduler's, the Publishers' keys
 		}
 		name := info.Name
-		if name == "" {
-			name = info.Policy
-		}
 		lk := byName[name]
 		if lk == nil {
-			lk = &limiterKeys{name: name, algorithm: info.Algorithm, form: info.Policy, hashed: map[string]bool{}}
+			lk = &limiterKeys{name: name, algorithm: info.Algorithm, hashed: map[string]bool{}}
 			byName[name] = lk
 		}
 		if seen[[2]string{name, info.Caller}] {
@@ -114,10 +110,8 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 func (inv *inventory) newReader(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
 	rd := &reader{policy: policy}
-	opts := []throttle.Option{throttle.WithPrefix(inv.h.cfg.prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
-	if v.named() {
-		opts = append(opts, throttle.WithName(v.Name))
-	}
+	opts := []throttle.Option{throttle.WithPrefix(inv.h.cfg.prefix), throttle.WithLogger(slog.New(slog.DiscardHandler)),
+		keyspace.Inspecting.(throttle.Option)}
 	client := inv.h.client
 	var err error
 	switch {
@@ -128,13 +122,13 @@ func (inv *inventory) newReader(v limiterView) (*reader, error) {
 		if perr != nil {
 			return nil, perr
 		}
-		rd.conc, err = throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: limit, Lease: lease}, opts...)
+		rd.conc, err = throttle.NewConcurrencyLimiter(client, v.Name, throttle.Concurrency{Limit: limit, Lease: lease}, opts...)
 	default:
 		p, perr := throttle.ParsePolicy(policy)
 		if perr != nil {
 			return nil, perr
 		}
-		rd.rate, err = throttle.New(client, p, opts...)
+		rd.rate, err = throttle.New(client, v.Name, p, opts...)
 	}
 	if err != nil {
 		return nil, err

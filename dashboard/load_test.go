@@ -34,8 +34,8 @@ func TestPageLoadWithManyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := throttle.New(tgt.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
-		throttle.WithPrefix(tgt.Prefix), throttle.WithName("bulk"), throttle.WithObserver(pub))
+	l, err := throttle.New(tgt.Client, "bulk", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithObserver(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

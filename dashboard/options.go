@@ -68,11 +68,12 @@ func WithActions(token string) Option {
 	})
 }
 
-// WithCodePolicies gives the policies in code of named limiters
-// (throttle.WithName), by name, for those whose processes publish no
-// counts: the dashboard needs a limiter's policy to read its keys. A
-// Publisher records the policy in code of every limiter it sees decide,
-// and a policy stored for the name applies before either. Default: none.
+// WithCodePolicies gives the policies in code of limiters, by name, for
+// those whose processes neither publish counts nor record themselves in
+// the registry of names (every limiter does, on its first decision): the
+// dashboard needs a limiter's policy to read its keys. A Publisher
+// records the policy in code of every limiter it sees decide, and a
+// policy stored for the name applies before either. Default: none.
 func WithCodePolicies(policies map[string]throttle.Policy) Option {
 	return optionFunc(func(c *config) error {
 		for name, p := range policies {

@@ -35,8 +35,8 @@ func TestDashboardNamedConcurrencyCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := throttle.NewConcurrencyLimiter(tgt.Client, throttle.Concurrency{Limit: 2, Lease: time.Minute},
-		throttle.WithPrefix(tgt.Prefix), throttle.WithName("pool"), throttle.WithObserver(pub))
+	pool, err := throttle.NewConcurrencyLimiter(tgt.Client, "pool", throttle.Concurrency{Limit: 2, Lease: time.Minute},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithObserver(pub))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func TestDashboardPlanKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 5} // no unit comes back while the test reads
-	l, err := throttle.New(tgt.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
-		throttle.WithPrefix(tgt.Prefix), throttle.WithName("plans"), throttle.WithObserver(pub),
+	l, err := throttle.New(tgt.Client, "plans", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithObserver(pub),
 		throttle.WithPlan(func(_ context.Context, key string) throttle.Policy {
 			if key == "vip" {
 				return vip

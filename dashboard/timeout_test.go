@@ -32,8 +32,8 @@ func TestDashboardAnswersWithinItsTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2},
-		throttle.WithPrefix(tg.Prefix), throttle.WithName("partner-api"), throttle.WithObserver(pub))
+	l, err := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2},
+		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

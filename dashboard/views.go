@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 )
 
 // The kinds of limiter.
@@ -37,8 +38,7 @@ type limiterView struct {
 	Keys         int        `json:"keys"` // keys with state in Redis
 	Rates        rates      `json:"rates"`
 	HeldBack     int64      `json:"heldBack"` // throttled, last 15 minutes
-	Named        bool       `json:"named"`
-	form         string     // the policy in the keys of a limiter without a name
+	Named        bool       `json:"named"`    // always true: every limiter has a name
 }
 
 // override is a policy stored for one caller key.
@@ -53,12 +53,6 @@ type rates struct {
 	Throttled   float64 `json:"throttled"`
 	Rescheduled float64 `json:"rescheduled"`
 }
-
-func (v limiterView) named() bool { return v.Named }
-
-// keysName is the name the limiter's keys are found under: its policy for
-// a limiter without a name and for a concurrency cap, else its name.
-func (v limiterView) keysName() string { return cmp.Or(v.form, v.Name) }
 
 // rateSpan is what rates average over; the last two seconds are left out,
 // as the fleet's counts for them may not all be written yet.
@@ -95,28 +89,26 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 	for name, lk := range keys {
 		v := get(name)
 		v.Keys = len(lk.callers)
-		v.Algorithm, v.form = lk.algorithm, lk.form
+		v.Algorithm = lk.algorithm
 		if lk.algorithm == "conc" {
+			v.Kind = kindConcurrency
+		}
+	}
+	// The limiters' own records of their policies in code (the registry
+	// of names), for those no Publisher reports.
+	registered, err := h.client.HGetAll(ctx, keyspace.Registry(h.cfg.prefix)).Result()
+	if err != nil {
+		return nil, err
+	}
+	for name, form := range registered {
+		v := get(name)
+		v.CodePolicy = cmp.Or(v.CodePolicy, form)
+		if strings.HasPrefix(form, "conc:") {
 			v.Kind = kindConcurrency
 		}
 	}
 	for name, p := range h.cfg.policies {
 		get(name).CodePolicy = p.String()
-	}
-	published := make(map[string]bool, len(publishedLimiters))
-	for _, l := range publishedLimiters {
-		published[l.Name] = true
-	}
-	for _, v := range views {
-		// A concurrency cap's keys carry its policy, never its name: a named
-		// cap shows the keys of its policy, which are its own (caps of one
-		// policy share their slots).
-		if lk := keys[v.CodePolicy]; v.Kind == kindConcurrency && v.CodePolicy != v.Name && lk != nil {
-			v.Keys, v.Algorithm, v.form = len(lk.callers), lk.algorithm, v.CodePolicy
-			if !published[v.CodePolicy] {
-				delete(views, v.CodePolicy)
-			}
-		}
 	}
 	out := make([]limiterView, 0, len(views))
 	for _, v := range views {
@@ -149,20 +141,11 @@ func (h *Handler) limiter(ctx context.Context, now time.Time, name string) (limi
 	return limiterView{}, false, nil
 }
 
-// describe fills in v's policies: the policy in its keys for a limiter
-// without a name; else the one stored for its name, else its code's.
+// describe fills in v's policies: the one stored for its name, else its
+// code's.
 func (h *Handler) describe(ctx context.Context, v *limiterView) error {
-	if isPolicyForm(v.Name) {
-		// A limiter without a name is named after its policy; none can be
-		// stored for it.
-		v.Named, v.form = false, v.Name
-		v.CodePolicy = v.Name
-		if strings.HasPrefix(v.Name, "conc:") {
-			v.Kind = kindConcurrency
-		}
-	}
 	v.Policy, v.Source = v.CodePolicy, "code"
-	if !v.Named || v.Kind == kindConcurrency {
+	if v.Kind == kindConcurrency {
 		return nil
 	}
 	stored, err := h.store.Get(ctx, v.Name)
@@ -182,20 +165,6 @@ func (h *Handler) describe(ctx context.Context, v *limiterView) error {
 	}
 	slices.Sort(v.Invalid)
 	return nil
-}
-
-// isPolicyForm reports a name that is a policy's short form: the name of a
-// limiter created without WithName.
-func isPolicyForm(name string) bool {
-	alg, _, ok := strings.Cut(name, ":")
-	if !ok {
-		return false
-	}
-	switch alg {
-	case "gcra", "tb", "lb", "fw", "sl", "sw", "quota", "conc":
-		return true
-	}
-	return false
 }
 
 // count fills in v's rates over the last ten seconds and what it held back

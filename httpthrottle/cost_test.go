@@ -44,7 +44,7 @@ func TestRequestCostsAreCountedInUnits(t *testing.T) {
 	up := newUpstream(t)
 	seen := &unitsSeen{}
 	cost := func(r *http.Request) (int, error) { return strconv.Atoi(r.Header.Get("X-Units")) }
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 4},
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 4},
 		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(seen))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestTransportPlans(t *testing.T) {
 		}
 		return nil
 	})
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2}, throttle.WithPrefix(tg.Prefix), plan)
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerMinute(2), Burst: 2}, throttle.WithPrefix(tg.Prefix), plan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func ExampleNewTransport() {
 	}))
 	defer partner.Close()
 
-	limiter, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	limiter, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -66,7 +66,7 @@ func ExampleNewMiddleware() {
 	m.SetTime(time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC))
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 
-	limiter, _ := throttle.New(rdb, throttle.FixedWindow{Limit: 2, Window: time.Minute})
+	limiter, _ := throttle.New(rdb, "api-per-client", throttle.FixedWindow{Limit: 2, Window: time.Minute})
 	limit, _ := httpthrottle.NewMiddleware(limiter)
 	api := limit.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "orders")
@@ -88,7 +88,7 @@ func ExampleNewMiddleware() {
 // A partner whose batch endpoint counts each item against its quota.
 func ExampleWithRequestCost() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	limiter, err := throttle.New(rdb, throttle.Quota{Limit: 10_000, Period: throttle.Day}, throttle.WithName("partner"))
+	limiter, err := throttle.New(rdb, "partner-quota", throttle.Quota{Limit: 10_000, Period: throttle.Day})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -51,7 +51,7 @@ func TestInboundLimitAndHeaders(t *testing.T) {
 			tg := redistest.Embedded(t)
 			clock := tg.Clock(t)
 			clock.Set(clock.Now().Truncate(10 * time.Second).Add(12300 * time.Millisecond))
-			limiter, err := throttle.New(tg.Client, tc.policy, throttle.WithPrefix(tg.Prefix))
+			limiter, err := throttle.New(tg.Client, "limiter", tc.policy, throttle.WithPrefix(tg.Prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestInboundWhenRedisIsDown(t *testing.T) {
 		{throttle.FailClosed, http.StatusServiceUnavailable},
 		{throttle.FailOpen, http.StatusOK},
 	} {
-		limiter, err := throttle.New(ln, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, throttle.WithFailurePolicy(tc.failure))
+		limiter, err := throttle.New(ln, "limiter", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, throttle.WithFailurePolicy(tc.failure))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func deadRedis(t *testing.T) redis.UniversalClient {
 
 func TestTrustedProxies(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
 	send := func(h http.Handler, remote, xff string) int {
 		req := httptest.NewRequest(http.MethodGet, "http://api.example/", nil)
 		req.RemoteAddr = remote

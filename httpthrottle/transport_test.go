@@ -71,7 +71,7 @@ func newObservedClient(t *testing.T, tg *redistest.Target, p throttle.Policy, se
 	if seen != nil {
 		limiterOpts = append(limiterOpts, throttle.WithObserver(seen))
 	}
-	limiter, err := throttle.New(tg.NewClient(t), p, limiterOpts...)
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", p, limiterOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestTransportRefusesADeadlineItCannotMeet(t *testing.T) {
 
 func TestTransportOptionsAndKeys(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	for _, opt := range []httpthrottle.TransportOption{nil, httpthrottle.WithBase(nil), httpthrottle.WithRequestKey(nil), httpthrottle.WithRetries(-1), httpthrottle.WithMaxBlock(0)} {
 		if _, err := httpthrottle.NewTransport(limiter, opt); !errors.Is(err, httpthrottle.ErrInvalidOption) {
 			t.Errorf("option %v: %v", opt, err)

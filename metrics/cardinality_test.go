@@ -78,8 +78,7 @@ func TestCardinalityOfRealDecisions(t *testing.T) {
 	}
 	ctx := context.Background()
 	c, reg := newCollector(t)
-	l := newLimiter(t, tg.Client, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
-		throttle.WithName("per-tenant"), throttle.WithObserver(c))
+	l := newNamedLimiter(t, tg.Client, tg, "per-tenant", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithObserver(c))
 	decide := func(from, to int) {
 		t.Helper()
 		for start := from; start < to; start += 1000 {

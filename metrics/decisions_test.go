@@ -20,8 +20,7 @@ func TestKnownDecisionsExactCounts(t *testing.T) {
 	c, reg := newCollector(t)
 
 	// Burst 2 on a rate so slow that nothing refills during the test.
-	partner := newLimiter(t, tg.Client, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2},
-		throttle.WithName("partner"), throttle.WithObserver(c))
+	partner := newNamedLimiter(t, tg.Client, tg, "partner", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2}, throttle.WithObserver(c))
 	for i, want := range []bool{true, true, false} {
 		r, err := partner.Allow(ctx, "tenant-1")
 		if err != nil || r.Allowed != want {
@@ -39,8 +38,7 @@ func TestKnownDecisionsExactCounts(t *testing.T) {
 	}
 
 	// A deny cache answers the third request without Redis.
-	cached := newLimiter(t, tg.Client, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
-		throttle.WithName("cached"), throttle.WithDenyCache(16), throttle.WithObserver(c))
+	cached := newNamedLimiter(t, tg.Client, tg, "cached", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithDenyCache(16), throttle.WithObserver(c))
 	for i, want := range []struct{ allowed, cached bool }{{true, false}, {false, false}, {false, true}} {
 		r, err := cached.Allow(ctx, "tenant-1")
 		if err != nil || r.Allowed != want.allowed || r.Cached != want.cached {
@@ -48,8 +46,7 @@ func TestKnownDecisionsExactCounts(t *testing.T) {
 		}
 	}
 
-	exports := newConcurrency(t, tg.Client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: time.Minute},
-		throttle.WithName("exports"), throttle.WithObserver(c))
+	exports := newNamedConcurrency(t, tg.Client, tg.Prefix, "exports", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithObserver(c))
 	lease, _, err := exports.Acquire(ctx, "tenant-1")
 	if err != nil || lease == nil {
 		t.Fatalf("Acquire: %v, %v", lease, err)
@@ -135,7 +132,7 @@ jobthrottle_decisions_total{limiter="partner",op="reserve",outcome="degraded"} 1
 			down := deadClient(t)
 			c, _ := newCollector(t)
 			opts := []throttle.Option{throttle.WithFailurePolicy(tc.policy), throttle.WithObserver(c), throttle.WithLogger(nil)}
-			partner, err := throttle.New(down, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 2}, append(opts, throttle.WithName("partner"))...)
+			partner, err := throttle.New(down, "partner", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 2}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +146,7 @@ jobthrottle_decisions_total{limiter="partner",op="reserve",outcome="degraded"} 1
 			if _, err := partner.Allow(ctx, ""); !errors.Is(err, throttle.ErrInvalidKey) {
 				t.Fatalf("empty key: %v", err) // an error, but not Redis's
 			}
-			exports, err := throttle.NewConcurrencyLimiter(down, throttle.Concurrency{Limit: 1, Lease: time.Second}, append(opts, throttle.WithName("exports"))...)
+			exports, err := throttle.NewConcurrencyLimiter(down, "exports", throttle.Concurrency{Limit: 1, Lease: time.Second}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

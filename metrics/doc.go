@@ -22,23 +22,22 @@
 //	}
 //	prometheus.MustRegister(c) // or reg.MustRegister(c) on your own registry
 //
-//	partner, _ := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
-//		throttle.WithName("partner-api"), throttle.WithObserver(c))
-//	exports, _ := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second},
-//		throttle.WithName("exports"), throttle.WithObserver(c))
+//	partner, _ := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
+//		throttle.WithObserver(c))
+//	exports, _ := throttle.NewConcurrencyLimiter(rdb, "exports", throttle.Concurrency{Limit: 3, Lease: 30 * time.Second},
+//		throttle.WithObserver(c))
 //	th, _ := worker.New(rdb, rules, worker.WithObserver(workermetrics.Observer(c)))
 //
 // The Collector holds the worker series as well as the limiters': nothing
-// else is registered. A limiter takes one observer and so does a
-// Throttler. To feed a Collector and something else, pass a
-// throttle.ObserverFunc or worker.ObserverFunc that calls both.
+// else is registered. throttle.WithObserver and worker.WithObserver may be
+// given more than once: every observer receives every decision or event,
+// so a Collector and a dashboard.Publisher can both be fed.
 //
 // # Series
 //
 // Names start with the namespace, "jobthrottle" unless changed with
-// [WithNamespace]. Limiter series are labelled by the limiter's name
-// (throttle.WithName; by default the policy's short form, such as
-// "gcra:10/1s:1" or "conc:3/30s").
+// [WithNamespace]. Limiter series are labelled by the limiter's name, as
+// given to throttle.New or throttle.NewConcurrencyLimiter.
 //
 //	jobthrottle_decisions_total{limiter, op, outcome}          counter
 //	    Every call a limiter answered. op is "allow" (Allow, AllowN,

@@ -39,8 +39,7 @@ func Example() {
 	reg.MustRegister(c)
 
 	// A limiter reports to the Collector through throttle.WithObserver.
-	partner, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 2},
-		throttle.WithName("partner-api"), throttle.WithObserver(c))
+	partner, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 2}, throttle.WithObserver(c))
 	if err != nil {
 		fmt.Println(err)
 		return

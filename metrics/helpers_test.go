@@ -105,20 +105,22 @@ func compare(t testing.TB, c prometheus.Collector, expected string, names ...str
 	}
 }
 
-// newLimiter returns a limiter of policy on the target, under its prefix.
-func newLimiter(t testing.TB, client redis.UniversalClient, tg *redistest.Target, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
+// newNamedLimiter returns the Limiter called name, of p on client under
+// the target's prefix.
+func newNamedLimiter(t testing.TB, client redis.UniversalClient, tg *redistest.Target, name string, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
 	t.Helper()
-	l, err := throttle.New(client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	l, err := throttle.New(client, name, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-// newConcurrency returns a concurrency limiter on client.
-func newConcurrency(t testing.TB, client redis.UniversalClient, prefix string, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
+// newNamedConcurrency returns the ConcurrencyLimiter called name, of p on
+// client under prefix.
+func newNamedConcurrency(t testing.TB, client redis.UniversalClient, prefix, name string, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
 	t.Helper()
-	l, err := throttle.NewConcurrencyLimiter(client, p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
+	l, err := throttle.NewConcurrencyLimiter(client, name, p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

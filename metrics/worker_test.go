@@ -108,8 +108,7 @@ jobthrottle_worker_tasks_total{event="degraded",rule="",task_type="export"} 1
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			down := deadClient(t)
 			c, registry := newCollector(t)
-			exports := newConcurrency(t, down, "x:", throttle.Concurrency{Limit: 1, Lease: time.Minute},
-				throttle.WithName("exports"), throttle.WithFailurePolicy(tc.policy), throttle.WithObserver(c), throttle.WithLogger(nil))
+			exports := newNamedConcurrency(t, down, "x:", "exports", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithFailurePolicy(tc.policy), throttle.WithObserver(c), throttle.WithLogger(nil))
 			th, err := worker.New(down, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports, worker.KeyBy(worker.ByType()))},
 				worker.WithObserver(workermetrics.Observer(c)), worker.WithLogger(nil), worker.WithSettle(false))
 			if err != nil {
@@ -146,8 +145,7 @@ jobthrottle_worker_tasks_total{event="degraded",rule="",task_type="export"} 1
 func TestWorkerFleetEndToEnd(t *testing.T) {
 	tg := redistest.New(t)
 	c, registry := newCollector(t)
-	exports := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 2, Lease: 5 * time.Second},
-		throttle.WithName("exports"), throttle.WithObserver(c))
+	exports := newNamedConcurrency(t, tg.NewClient(t), tg.Prefix, "exports", throttle.Concurrency{Limit: 2, Lease: 5 * time.Second}, throttle.WithObserver(c))
 	var events asynqtest.Events
 	o := workermetrics.Observer(c)
 	both := worker.ObserverFunc(func(e worker.Event) {

@@ -32,7 +32,7 @@ func ExamplePace() {
 	ctx := context.Background()
 
 	// The workers' Throttler: the same rules as the servers run.
-	limiter, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
+	limiter, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -73,7 +73,7 @@ func ExamplePace() {
 // run.
 func ExampleScheduler_Add() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	perTenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
+	perTenant, err := throttle.New(rdb, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
 	if err != nil {
 		log.Fatal(err)
 	}

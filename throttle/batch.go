@@ -114,6 +114,7 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 // again, with the script's text, so that none is decided twice and none
 // fails because the scripts were flushed.
 func (l *Limiter) pipeline(ctx context.Context, count int, call func(j int) ([]string, []any)) ([]*redis.Cmd, error) {
+	l.noteUse()
 	cmds := make([]*redis.Cmd, count)
 	pipe := l.client.Pipeline()
 	for j := range cmds {

@@ -29,7 +29,7 @@ func BenchmarkAllow(b *testing.B) {
 		for _, spread := range []int{1, len(keys)} {
 			b.Run(a.name+"/keys-"+strconv.Itoa(spread), func(b *testing.B) {
 				tg := redistest.New(b)
-				l, err := throttle.New(tg.Client, a.policy, throttle.WithPrefix(tg.Prefix))
+				l, err := throttle.New(tg.Client, "l", a.policy, throttle.WithPrefix(tg.Prefix))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -54,7 +54,7 @@ func BenchmarkAllow(b *testing.B) {
 // process, without Redis: the Go side alone.
 func BenchmarkDenyCacheHit(b *testing.B) {
 	tg := redistest.New(b)
-	l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
+	l, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
 		throttle.WithPrefix(tg.Prefix), throttle.WithDenyCache(100))
 	if err != nil {
 		b.Fatal(err)
@@ -91,7 +91,7 @@ func BenchmarkContext(b *testing.B) {
 		}{{"background", context.Background()}, {"cancellable", cancellable}} {
 			b.Run(c.name+"/goroutines-"+strconv.Itoa(parallel), func(b *testing.B) {
 				tg := redistest.New(b)
-				l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1_000_000), Burst: 1_000_000}, throttle.WithPrefix(tg.Prefix))
+				l, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(1_000_000), Burst: 1_000_000}, throttle.WithPrefix(tg.Prefix))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -37,7 +37,7 @@ func TestClaimAllIsAllOrNothing(t *testing.T) {
 				client = otherClient{single}
 			}
 			meter := func(rate int) *throttle.Limiter {
-				l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+				l, err := throttle.New(client, "l", throttle.GCRA{Rate: throttle.PerSecond(rate), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,7 +92,7 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 			if !together {
 				client = otherClient{tg.Client}
 			}
-			overall, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+			overall, err := throttle.New(client, "overall", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -90,7 +90,7 @@ func queueBehindLanes(t *testing.T, tg *redistest.Target, p throttle.Policy, lim
 	g := newGate()
 	c := tg.NewClient(t)
 	c.AddHook(g)
-	shared, err := throttle.New(c, p, throttle.WithPrefix(tg.Prefix+"c:"), throttle.WithCoalescing(limit))
+	shared, err := throttle.New(c, "shared", p, throttle.WithPrefix(tg.Prefix+"c:"), throttle.WithCoalescing(limit))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestCoalescingCancelledWhileQueued(t *testing.T) {
 	g := newGate()
 	c := tg.NewClient(t)
 	c.AddHook(g)
-	l, err := throttle.New(c, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 5}, throttle.WithPrefix(tg.Prefix), throttle.WithCoalescing(8))
+	l, err := throttle.New(c, "l", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 5}, throttle.WithPrefix(tg.Prefix), throttle.WithCoalescing(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestCoalescingCancelledWhileQueued(t *testing.T) {
 	if r := peek(t, l, "k"); r.Remaining != 5 {
 		t.Fatalf("%d remaining after the only decision on the key was abandoned, want 5", r.Remaining)
 	}
-	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithCoalescing(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
+	if _, err := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithCoalescing(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
 		t.Fatalf("negative limit: %v", err)
 	}
 }
@@ -227,7 +227,7 @@ func TestCoalescingQueuedCallerKeepsTheTimeout(t *testing.T) {
 			const timeout = 200 * time.Millisecond
 			// The lanes' own calls are held past their timeout too; they
 			// run detached, so the test releases them at the end.
-			l, err := throttle.New(c, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 5}, throttle.WithPrefix(tg.Prefix),
+			l, err := throttle.New(c, "l", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 5}, throttle.WithPrefix(tg.Prefix),
 				throttle.WithTimeout(timeout), throttle.WithFailurePolicy(policy))
 			if err != nil {
 				t.Fatal(err)

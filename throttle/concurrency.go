@@ -64,24 +64,30 @@ type ConcurrencyLimiter struct {
 	onCall atomic.Pointer[func(payload string)]
 }
 
-// NewConcurrencyLimiter returns a ConcurrencyLimiter applying p through
-// client. It takes the same options as [New], with the same defaults; under
+// NewConcurrencyLimiter returns the ConcurrencyLimiter called name that
+// applies p through client: its name is its identity, as a Limiter's is
+// (see [New]). It takes the same options as New, with the same defaults
+// (WithLivePolicies excepted); under
 // [FailOpen] an Acquire that Redis cannot answer is granted a Degraded
 // lease that holds no slot.
-func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...Option) (*ConcurrencyLimiter, error) {
+func NewConcurrencyLimiter(client redis.UniversalClient, name string, p Concurrency, opts ...Option) (*ConcurrencyLimiter, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	id := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
-	c, err := newConn(client, id, opts)
+	c, err := newConn(client, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	c.fixed = id
+	if c.cfg.live {
+		return nil, fmt.Errorf("%w: WithLivePolicies applies to a Limiter, not to a ConcurrencyLimiter", ErrInvalidOption)
+	}
+	form := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
+	c.fixed = form
+	c.register(form)
 	return &ConcurrencyLimiter{
 		conn:   c,
 		policy: p,
-		id:     id,
+		id:     name + "@conc",
 		params: []any{itoa(int64(p.Limit)), itoa(p.Lease.Microseconds())},
 	}, nil
 }
@@ -89,9 +95,8 @@ func NewConcurrencyLimiter(client redis.UniversalClient, p Concurrency, opts ...
 // Policy returns the policy the limiter applies.
 func (c *ConcurrencyLimiter) Policy() Concurrency { return c.policy }
 
-// Name returns the limiter's name: the one given with WithName, else its
-// policy as its Redis keys write it ("conc:3/30s", "conc:3/1m0s").
-// Decisions carry it as Decision.Limiter.
+// Name returns the limiter's name, as given to NewConcurrencyLimiter (see
+// [New] on names). Decisions carry it as Decision.Limiter.
 func (c *ConcurrencyLimiter) Name() string { return c.cfg.name }
 
 // Key returns the Redis key holding callerKey's holders.

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -15,9 +16,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// newNamedConcurrency returns the ConcurrencyLimiter called name, of p on
+// the target, under its prefix.
+func newNamedConcurrency(t testing.TB, tg *redistest.Target, name string, p throttle.Concurrency) *throttle.ConcurrencyLimiter {
+	t.Helper()
+	c, err := throttle.NewConcurrencyLimiter(tg.Client, name, p, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newConcurrency returns a ConcurrencyLimiter of p on client under
+// prefix, named after its policy: caps of one policy in a test share their
+// slots.
 func newConcurrency(t testing.TB, client redis.UniversalClient, prefix string, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
 	t.Helper()
-	c, err := throttle.NewConcurrencyLimiter(client, p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
+	c, err := throttle.NewConcurrencyLimiter(client, fmt.Sprintf("conc-%d-%s", p.Limit, p.Lease), p, append([]throttle.Option{throttle.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +220,7 @@ func TestConcurrencyBadInputAndOutage(t *testing.T) {
 		{Limit: 1, Lease: 9 * time.Millisecond},
 		{Limit: 1, Lease: -time.Second},
 	} {
-		if _, err := throttle.NewConcurrencyLimiter(tg.Client, p); !errors.Is(err, throttle.ErrInvalidPolicy) {
+		if _, err := throttle.NewConcurrencyLimiter(tg.Client, "limiter", p); !errors.Is(err, throttle.ErrInvalidPolicy) {
 			t.Errorf("%+v: %v, want ErrInvalidPolicy", p, err)
 		}
 	}

@@ -34,7 +34,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 			pools := []redis.UniversalClient{tg.NewClient(t), tg.NewClient(t)}
 			var limiters []*throttle.Limiter
 			for i, c := range pools {
-				l, err := throttle.New(c, p, throttle.WithPrefix(tg.Prefix), throttle.WithCoalescing(32*i))
+				l, err := throttle.New(c, "l", p, throttle.WithPrefix(tg.Prefix), throttle.WithCoalescing(32*i))
 				if err != nil {
 					t.Fatal(err)
 				}

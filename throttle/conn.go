@@ -22,13 +22,17 @@ type conn struct {
 	// fixed is the policy of a ConcurrencyLimiter, which decisions carry
 	// as theirs ("conc:3/30s"); a Limiter's come with each Result.
 	fixed string
+	// registry records the limiter in the registry of names.
+	registry *registration
 }
 
-// newConn validates the client and applies the options; name is the
-// limiter's name unless WithName gave one.
+// newConn validates the client, the limiter's name and the options.
 func newConn(client redis.UniversalClient, name string, opts []Option) (conn, error) {
 	if redisclient.IsNil(client) {
 		return conn{}, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	if err := validName(name); err != nil {
+		return conn{}, fmt.Errorf("%w: the limiter's name: %w", ErrInvalidOption, err)
 	}
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -39,12 +43,16 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 			return conn{}, err
 		}
 	}
-	if cfg.name == "" {
-		cfg.name = name
-	} else {
-		cfg.named = true
-	}
+	cfg.name = name
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
+}
+
+// register records the limiter in the registry of names under its policy
+// in code, form, unless a tool inspects its keys.
+func (c *conn) register(form string) {
+	if !c.cfg.inspecting {
+		c.registry = newRegistration(c.cfg.prefix, c.cfg.name, form)
+	}
 }
 
 // reply is a script's integer reply, up to eight values, kept off the heap.
@@ -70,6 +78,7 @@ func errShortReply(n int) error {
 
 // evalAny runs a script under the timeout and returns its integer reply.
 func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
+	c.noteUse()
 	if c.cfg.timeout <= 0 && ctx.Done() == nil {
 		// Nothing to watch: the exchange runs on the caller's goroutine,
 		// without the closure call needs.
@@ -158,7 +167,24 @@ func isTimeout(err error) bool {
 // caller gave up; ErrRefused with the cause for an answer of Redis that
 // will not change by itself; ErrUnavailable with the cause otherwise.
 func (c *conn) unavailable(ctx context.Context, err error) error {
+	if _, cluster := c.client.(*redis.ClusterClient); !cluster && movedAnswer(err) {
+		// A plain client on a node of a Redis Cluster: every key of
+		// another node's slots is refused this way, which only a cluster
+		// client mends.
+		return fmt.Errorf("%w: %w (the server is a node of a Redis Cluster: give the limiter a *redis.ClusterClient, redis.NewClusterClient)", ErrRefused, err)
+	}
 	return redisFailure(ctx, err)
+}
+
+// movedAnswer reports a MOVED or ASK answer: the key's slot is served by
+// another node of a Redis Cluster.
+func movedAnswer(err error) bool {
+	var answer redis.Error
+	if !errors.As(err, &answer) {
+		return false
+	}
+	msg := answer.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // redisFailure wraps a failed exchange with Redis, as conn.unavailable

@@ -63,15 +63,15 @@ func returnsPromptly(t *testing.T, name string, d time.Duration, call func(ctx c
 func TestCallsReturnWhenTheirContextEnds(t *testing.T) {
 	client, hang := hungRedis(t)
 	ctx := context.Background()
-	gcra, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	gcra, err := throttle.New(client, "gcra", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	window, err := throttle.New(client, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithCoalescing(0))
+	window, err := throttle.New(client, "window", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithCoalescing(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	conc, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 5, Lease: time.Minute})
+	conc, err := throttle.NewConcurrencyLimiter(client, "conc", throttle.Concurrency{Limit: 5, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestCallsReturnWhenTheirContextEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slow, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
+	slow, err := throttle.New(client, "slow", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestCallsReturnWhenTheirContextEnds(t *testing.T) {
 // client's timeouts.
 func TestReleaseBehindAStuckRenewal(t *testing.T) {
 	client, hang := hungRedis(t)
-	conc, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 2, Lease: 3 * time.Second})
+	conc, err := throttle.NewConcurrencyLimiter(client, "conc", throttle.Concurrency{Limit: 2, Lease: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestReleaseBehindAStuckRenewal(t *testing.T) {
 func TestLostWhenRedisStopsAnswering(t *testing.T) {
 	client, hang := hungRedis(t)
 	const lease = 300 * time.Millisecond
-	conc, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 1, Lease: lease})
+	conc, err := throttle.NewConcurrencyLimiter(client, "conc", throttle.Concurrency{Limit: 1, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestLostWhenRedisStopsAnswering(t *testing.T) {
 // TestReleaseDoesNotCloseLost: a lease released while held is not lost.
 func TestReleaseDoesNotCloseLost(t *testing.T) {
 	tg := redistest.New(t)
-	conc, err := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: 150 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
+	conc, err := throttle.NewConcurrencyLimiter(tg.Client, "conc", throttle.Concurrency{Limit: 1, Lease: 150 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

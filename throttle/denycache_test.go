@@ -23,7 +23,7 @@ func TestDenyCacheCutsRedisCalls(t *testing.T) {
 		c := tg.NewClient(t)
 		c.AddHook(counter)
 		prefix := tg.Prefix + itoa(len(opts)) + ":"
-		l, err := throttle.New(c, throttle.FixedWindow{Limit: 3, Window: time.Hour}, append(opts, throttle.WithPrefix(prefix))...)
+		l, err := throttle.New(c, "l", throttle.FixedWindow{Limit: 3, Window: time.Hour}, append(opts, throttle.WithPrefix(prefix))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestDenyCacheDeniesOnlyWhatRedisDenied(t *testing.T) {
 	if r := allowN(t, l, "k", 1); !r.Allowed {
 		t.Fatalf("after Reset: %+v", r)
 	}
-	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithDenyCache(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
+	if _, err := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithDenyCache(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
 		t.Fatalf("negative size: %v", err)
 	}
 }
@@ -121,7 +121,7 @@ func TestAllowManyMatchesOneByOne(t *testing.T) {
 			counter := &commandCounter{count: map[string]int{}}
 			c := tg.NewClient(t)
 			c.AddHook(counter)
-			batched, err := throttle.New(c, a.policy, throttle.WithPrefix(tg.Prefix+"b:"))
+			batched, err := throttle.New(c, "batched", a.policy, throttle.WithPrefix(tg.Prefix+"b:"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +185,7 @@ func TestDenyCacheForgetsAChangedPolicy(t *testing.T) {
 				clock := tg.Clock(t)
 				clock.Set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
 				ctx := context.Background()
-				l := newLimiter(t, tg, c.code, throttle.WithName("partner"), throttle.WithDenyCache(100))
+				l := newNamedLimiter(t, tg, "partner", c.code, throttle.WithLivePolicies(), throttle.WithDenyCache(100))
 				allow := func() throttle.Result {
 					t.Helper()
 					if !many {

@@ -44,14 +44,16 @@
 //
 // # Names, plans and policies that change
 //
-// A limiter named with [WithName] keeps its state under its name rather
-// than its policy, so its policy can change and keep what was consumed:
+// Every limiter has a name ([New]): its state is kept under its name and
+// algorithm, so limiters of one name share it and limiters of different
+// names never do, and its policy can change and keep what was consumed:
 // the meters carry the units spoken for over into the new policy, the
 // windows their count while its window lasts; two processes on two
 // policies of one name never admit more than the larger allows. Its policy
 // can differ per caller key ([WithPlan]: a tenant's plan), and be stored in
 // Redis by an operator ([PolicyStore], throttlectl set), for the limiter or
-// one key; every process applies a stored policy within a second, without
+// one key; every process whose limiter has [WithLivePolicies] applies a
+// stored policy within a second, without
 // a round trip per decision. [Limiter.PolicyFor] says which policy applies
 // to a key, and every [Decision] carries it.
 //
@@ -103,7 +105,7 @@
 // # Observing
 //
 // [WithObserver] hands every decision to an [Observer] (package metrics
-// has a Prometheus one): the limiter's name ([WithName]), the call, its
+// has a Prometheus one): the limiter's name, the call, its
 // outcome, its latency and any Redis failure. Redis failures are also
 // logged with log/slog ([WithLogger], slog.Default() unless set), at most
 // once per limiter every ten seconds.

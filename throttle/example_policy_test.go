@@ -8,15 +8,15 @@ import (
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
-// Two deploys of one named limiter, the old policy and the new: the state
-// is the limiter's, so what the old policy consumed counts for the new.
-func ExampleWithName() {
+// Two deploys of one limiter, the old policy and the new: the state is
+// the limiter's name's, so what the old policy consumed counts for the new.
+func ExampleNew_newPolicy() {
 	client, m := exampleRedis()
 	defer m.Close()
 	ctx := context.Background()
 
-	old, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10}, throttle.WithName("partner-api"))
-	next, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, throttle.WithName("partner-api"))
+	old, _ := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10})
+	next, _ := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5})
 	for range 3 {
 		_, _ = old.Allow(ctx, "tenant-42")
 	}
@@ -41,7 +41,7 @@ func ExampleWithPlan() {
 		}
 		return nil // the limiter's own: the free plan
 	})
-	limiter, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, throttle.WithName("api"), plans)
+	limiter, err := throttle.New(client, "api", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5}, plans)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -62,7 +62,8 @@ func ExamplePolicyStore() {
 	defer m.Close()
 	ctx := context.Background()
 
-	limiter, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10}, throttle.WithName("partner-api"))
+	limiter, _ := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10},
+		throttle.WithLivePolicies())
 	store, err := throttle.NewPolicyStore(client, throttle.DefaultPrefix)
 	if err != nil {
 		fmt.Println(err)
@@ -90,7 +91,7 @@ func ExampleQuota() {
 		fmt.Println(err)
 		return
 	}
-	limiter, _ := throttle.New(client, throttle.Quota{Limit: 2, Period: throttle.Day, Location: tokyo})
+	limiter, _ := throttle.New(client, "limiter", throttle.Quota{Limit: 2, Period: throttle.Day, Location: tokyo})
 	for i := range 3 {
 		r, _ := limiter.Allow(ctx, "partner")
 		fmt.Printf("call %d: allowed %v, retry after %s\n", i+1, r.Allowed, r.RetryAfter)

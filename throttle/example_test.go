@@ -29,7 +29,7 @@ func Example() {
 	defer m.Close()
 	ctx := context.Background()
 
-	limiter, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 2})
+	limiter, err := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 2})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -58,7 +58,7 @@ func ExampleLimiter_AllowN() {
 	ctx := context.Background()
 
 	// An API that allows 100 units per minute; a batch call costs 30.
-	limiter, _ := throttle.New(client, throttle.SlidingLog{Limit: 100, Window: time.Minute})
+	limiter, _ := throttle.New(client, "api-requests", throttle.SlidingLog{Limit: 100, Window: time.Minute})
 	for i := 0; i < 4; i++ {
 		r, _ := limiter.AllowN(ctx, "partner-api", 30)
 		fmt.Printf("batch %d: allowed=%v remaining=%d\n", i+1, r.Allowed, r.Remaining)
@@ -79,7 +79,7 @@ func ExampleLimiter_Peek() {
 	defer m.Close()
 	ctx := context.Background()
 
-	limiter, _ := throttle.New(client, throttle.FixedWindow{Limit: 5, Window: time.Minute})
+	limiter, _ := throttle.New(client, "logins", throttle.FixedWindow{Limit: 5, Window: time.Minute})
 	_, _ = limiter.AllowN(ctx, "nightly-export", 5)
 	r, _ := limiter.Peek(ctx, "nightly-export")
 	fmt.Printf("allowed=%v remaining=%d retry after %s\n", r.Allowed, r.Remaining, r.RetryAfter)
@@ -93,11 +93,11 @@ func ExampleWithFailurePolicy() {
 	ctx := context.Background()
 	policy := throttle.TokenBucket{Rate: throttle.PerSecond(50), Burst: 10}
 
-	closed, _ := throttle.New(client, policy) // the default
+	closed, _ := throttle.New(client, "fail-closed", policy) // the default
 	_, err := closed.Allow(ctx, "k")
 	fmt.Println("fail-closed:", errors.Is(err, throttle.ErrUnavailable))
 
-	open, _ := throttle.New(client, policy, throttle.WithFailurePolicy(throttle.FailOpen))
+	open, _ := throttle.New(client, "fail-open", policy, throttle.WithFailurePolicy(throttle.FailOpen))
 	r, err := open.Allow(ctx, "k")
 	fmt.Println("fail-open:", r.Allowed, r.Degraded, err)
 	// Output:
@@ -110,7 +110,7 @@ func ExampleLimiter_Wait() {
 	defer m.Close()
 
 	// An outbound API allows 20 calls per second across all our processes.
-	limiter, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	limiter, _ := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for i := 0; i < 3; i++ {
@@ -132,7 +132,7 @@ func ExampleLimiter_Reserve() {
 	ctx := context.Background()
 
 	// Book slots for a batch at 50/s: each item gets its own start time.
-	limiter, _ := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
+	limiter, _ := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1})
 	for i := 0; i < 4; i++ {
 		res, err := limiter.Reserve(ctx, "batch", 1, time.Minute)
 		if err != nil || !res.OK {
@@ -156,7 +156,7 @@ func ExampleConcurrencyLimiter_Acquire() {
 	ctx := context.Background()
 
 	// At most 2 exports per tenant at once, across the fleet.
-	exports, _ := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 2, Lease: 30 * time.Second})
+	exports, _ := throttle.NewConcurrencyLimiter(client, "exports", throttle.Concurrency{Limit: 2, Lease: 30 * time.Second})
 	var held []*throttle.Lease
 	for i := 0; i < 3; i++ {
 		lease, r, err := exports.Acquire(ctx, "tenant-42")

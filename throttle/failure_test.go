@@ -18,7 +18,7 @@ func TestFailurePolicy(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
 
-	closed, err := throttle.New(client, policy)
+	closed, err := throttle.New(client, "closed", policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestFailurePolicy(t *testing.T) {
 		t.Fatalf("ErrUnavailable does not wrap its cause: %v", err)
 	}
 
-	open, err := throttle.New(client, policy, throttle.WithFailurePolicy(throttle.FailOpen))
+	open, err := throttle.New(client, "open", policy, throttle.WithFailurePolicy(throttle.FailOpen))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestTimeoutBoundsAHangingRedis(t *testing.T) {
 		client := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second, MaxRetries: -1, ContextTimeoutEnabled: deadlines})
 		t.Cleanup(func() { client.Close() })
 		for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
-			l, err := throttle.New(client, throttle.FixedWindow{Limit: 1, Window: time.Second},
+			l, err := throttle.New(client, "l", throttle.FixedWindow{Limit: 1, Window: time.Second},
 				throttle.WithTimeout(50*time.Millisecond), throttle.WithFailurePolicy(failure))
 			if err != nil {
 				t.Fatal(err)

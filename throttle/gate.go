@@ -137,16 +137,17 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	}
 	began := l.began()
 	s, err := l.start(ctx, sp, req)
-	if req.Held != gate.HeldByTicket { // a booking was reported when it was made
-		l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
-	}
+	// One decision per call: admitted when the task starts (by its booking
+	// or at once), throttled when it may not yet (it booked a slot ahead,
+	// or it must come back): an operator counts the tasks held back, and
+	// each task's start once.
+	l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
 	return s, err
 }
 
 // observeGate reports a task's start or claim on a meter to the limiter's
 // observer as one decision: admitted when the task may start (at at),
-// throttled when it may not yet. A start by a ticket's booking is not
-// reported again: the booking (Reserve) was.
+// throttled when it may not yet.
 func (l *Limiter) observeGate(ctx context.Context, key string, n int, began time.Time, sp *spec, admitted bool, at time.Time, err error) {
 	r := Result{Allowed: admitted, policy: sp}
 	if admitted && !at.IsZero() {
@@ -384,6 +385,7 @@ func leaveRoom(ctx context.Context, limiter any, key, waiter string) error {
 // evalValues runs a script under the timeout and returns its reply as it
 // came, for scripts that answer with strings too.
 func (c *conn) evalValues(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+	c.noteUse()
 	var values []any
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error

@@ -51,7 +51,24 @@ func algorithmsWith(capacity int, window time.Duration, rate throttle.Rate) []al
 // newLimiter builds a Limiter on the target with the target's key prefix.
 func newLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
 	t.Helper()
-	l, err := throttle.New(tg.Client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	return newNamedLimiter(t, tg, policyName(p), p, opts...)
+}
+
+// policyName names a test's limiter by its policy (its short form, a
+// valid name): limiters of one policy in a test share their state, and
+// limiters of different policies do not.
+func policyName(p throttle.Policy) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(p)
+}
+
+// newNamedLimiter returns the Limiter called name, of p on the target,
+// under its prefix; it fails the test on an error.
+func newNamedLimiter(t testing.TB, tg *redistest.Target, name string, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
+	t.Helper()
+	l, err := throttle.New(tg.Client, name, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%#v): %v", p, err)
 	}

@@ -163,10 +163,10 @@ func TestKeyHashingKeepsKeysApart(t *testing.T) {
 			t.Fatalf("caller key %.40q shares state: %+v", k, r)
 		}
 	}
-	if n := len(l.Key(long + "a")); n != len(tg.Prefix)+len("fw:1/1h0m0s:{}")+keyspace.HashedLen {
+	if n := len(l.Key(long + "a")); n != len(tg.Prefix)+len(l.Name()+"@fw:{}")+keyspace.HashedLen {
 		t.Fatalf("hashed Redis key %q is %d bytes", l.Key(long+"a"), n)
 	}
-	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithKeyHashing(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
+	if _, err := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithKeyHashing(-1)); !errors.Is(err, throttle.ErrInvalidOption) {
 		t.Fatalf("WithKeyHashing(-1): %v", err)
 	}
 	checkTTLs(t, tg)
@@ -199,7 +199,7 @@ func FuzzHostileRequests(f *testing.F) {
 		if hashing {
 			opts = append(opts, throttle.WithKeyHashing(16))
 		}
-		l, err := throttle.New(tg.Client, p, opts...)
+		l, err := throttle.New(tg.Client, "l", p, opts...)
 		if err != nil {
 			if !errors.Is(err, throttle.ErrInvalidPolicy) {
 				t.Fatalf("New(%#v): %v, want ErrInvalidPolicy", p, err)

@@ -29,14 +29,14 @@ func TestKeyLayout(t *testing.T) {
 		policy throttle.Policy
 		want   string
 	}{
-		{throttle.FixedWindow{Limit: 25, Window: time.Minute}, "throttle:fw:25/1m0s:{tenant-1}"},
-		{throttle.SlidingLog{Limit: 25, Window: time.Second}, "throttle:sl:25/1s:{tenant-1}"},
-		{throttle.SlidingWindow{Limit: 25, Window: time.Second}, "throttle:sw:25/1s:{tenant-1}"},
-		{throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5}, "throttle:tb:10/1s:5:{tenant-1}"},
-		{throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5}, "throttle:lb:10/1m0s:5:{tenant-1}"},
-		{throttle.GCRA{Rate: throttle.PerHour(10), Burst: 1}, "throttle:gcra:10/1h0m0s:1:{tenant-1}"},
+		{throttle.FixedWindow{Limit: 25, Window: time.Minute}, "throttle:partner-api@fw:{tenant-1}"},
+		{throttle.SlidingLog{Limit: 25, Window: time.Second}, "throttle:partner-api@sl:{tenant-1}"},
+		{throttle.SlidingWindow{Limit: 25, Window: time.Second}, "throttle:partner-api@sw:{tenant-1}"},
+		{throttle.TokenBucket{Rate: throttle.PerSecond(10), Burst: 5}, "throttle:partner-api@tb:{tenant-1}"},
+		{throttle.LeakyBucket{Rate: throttle.PerMinute(10), Capacity: 5}, "throttle:partner-api@lb:{tenant-1}"},
+		{throttle.GCRA{Rate: throttle.PerHour(10), Burst: 1}, "throttle:partner-api@gcra:{tenant-1}"},
 	} {
-		l, err := throttle.New(tg.Client, tc.policy)
+		l, err := throttle.New(tg.Client, "partner-api", tc.policy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,11 +44,11 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("%#v: key %q, want %q", tc.policy, got, tc.want)
 		}
 	}
-	l, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix("app:"))
+	l, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix("app:"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Key("x"); got != "app:gcra:1/1s:1:{x}" {
+	if got := l.Key("x"); got != "app:l@gcra:{x}" {
 		t.Errorf("WithPrefix: key %q", got)
 	}
 }

@@ -16,16 +16,16 @@ var blockScript = limiterScript("block")
 
 // Limiter applies a [Policy] to any number of caller keys, keeping their
 // state in Redis so that every process sharing the Redis shares the limit.
-// Named ([WithName]), its policy can differ per key ([WithPlan]) and be
-// changed while it runs ([PolicyStore]).
+// Its policy can differ per key ([WithPlan]) and, with
+// [WithLivePolicies], be changed while it runs ([PolicyStore]).
 // Each decision is one Lua script, run atomically on the Redis server with
 // the server's clock. A Limiter is safe for concurrent use; create one per
 // policy and reuse it. The zero Limiter is not usable: call [New].
 type Limiter struct {
 	conn
 	spec   spec       // the policy in code
-	id     string     // names the limiter in its keys: name@kind, or the policy's short form
-	live   *live      // the stored policies; nil unless WithName
+	id     string     // names the limiter in its keys: name@kind
+	live   *live      // the stored policies; nil unless WithLivePolicies
 	plans  sync.Map   // Policy -> *spec, the plans WithPlan chose
 	denied *denyCache // nil unless WithDenyCache
 	shared *coalescer // nil unless WithCoalescing
@@ -34,9 +34,19 @@ type Limiter struct {
 	skew atomic.Int64
 }
 
-// New returns a Limiter that applies p through client, which may be a
-// *redis.Client, *redis.ClusterClient or *redis.Ring. It validates the
-// policy and options and talks to no server.
+// New returns the Limiter called name that applies p through client,
+// which may be a *redis.Client, *redis.ClusterClient or *redis.Ring. It
+// validates the name, policy and options and talks to no server.
+//
+// The name is the limiter's identity: its Redis keys hold its state under
+// its name and algorithm, so limiters of one name (in this process or any
+// other on the same Redis and prefix) share their state, and limiters of
+// different names never do, whatever their policies. Decisions, logs and
+// metrics carry it, and throttlectl and the dashboard show it. Keep names
+// few (one per limit, such as "partner-api" or "emails-per-tenant"), never
+// one per caller key; a name is not empty and holds no '{', '}' or '@'.
+// Because the state is kept by name, a limiter's policy can change in code
+// (a deploy) and keep what was consumed.
 //
 // Options and their defaults:
 //
@@ -46,13 +56,13 @@ type Limiter struct {
 //	WithDenyCache(size)    0 (off)       answer repeated rejections locally
 //	WithCoalescing(n)      64            share round trips between callers
 //	WithObserver(o)        none          receives every decision
-//	WithName(s)            policy's form name in keys, decisions, logs, metrics; stored policies
+//	WithLivePolicies()     off           apply the policies stored for the name (PolicyStore)
 //	WithPlan(f)            none          the policy of each caller key
 //	WithLogger(l)          slog.Default  where Redis failures are logged
 //	WithKeyHashing(over)   off           store long caller keys by hash
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
-func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, error) {
+func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	}
@@ -60,17 +70,14 @@ func New(client redis.UniversalClient, p Policy, opts ...Option) (*Limiter, erro
 		return nil, err
 	}
 	sp := compiled(p)
-	c, err := newConn(client, sp.id, opts)
+	c, err := newConn(client, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{conn: c, spec: *sp, id: sp.id}
-	if c.cfg.named {
-		if err := validName(c.cfg.name); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
-		l.id = c.cfg.name + "@" + sp.kind
-		l.live = newLive(c.cfg.prefix, c.cfg.name, sp.kind)
+	l := &Limiter{conn: c, spec: *sp, id: name + "@" + sp.kind}
+	l.register(sp.form)
+	if c.cfg.live {
+		l.live = newLive(c.cfg.prefix, name, sp.kind)
 	}
 	if c.cfg.denyCache > 0 {
 		l.denied = newDenyCache(c.cfg.denyCache)
@@ -131,10 +138,8 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 	return sp, nil
 }
 
-// Name returns the limiter's name: the one given with WithName, else its
-// policy as its Redis keys write it ("gcra:10/1s:5"; "gcra:5/1m0s:5" for a
-// rate per minute, which Policy().String() writes "gcra:5/1m:5").
-// Decisions carry it as Decision.Limiter.
+// Name returns the limiter's name, as given to New. Decisions carry it as
+// Decision.Limiter.
 func (l *Limiter) Name() string { return l.cfg.name }
 
 // Key returns the Redis key holding the state of callerKey, for inspection

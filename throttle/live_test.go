@@ -43,8 +43,7 @@ func TestStoredPolicyAppliesWithinASecond(t *testing.T) {
 	tg := redistest.New(t)
 	ctx := context.Background()
 	seen := &lastPolicy{}
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10},
-		throttle.WithName("partner-api"), throttle.WithObserver(seen))
+	l := newNamedLimiter(t, tg, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10}, throttle.WithLivePolicies(), throttle.WithObserver(seen))
 	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +118,7 @@ func TestStoredPolicyRefusals(t *testing.T) {
 	ctx := context.Background()
 	var logged bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logged, nil))
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10},
-		throttle.WithName("partner-api"), throttle.WithLogger(logger))
+	l := newNamedLimiter(t, tg, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10}, throttle.WithLivePolicies(), throttle.WithLogger(logger))
 	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +190,7 @@ func TestPlansChooseThePolicyPerKey(t *testing.T) {
 		}
 		return nil // the limiter's own: the free plan
 	}
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerMinute(5), Burst: 5},
-		throttle.WithName("api"), throttle.WithPlan(plan))
+	l := newNamedLimiter(t, tg, "api", throttle.GCRA{Rate: throttle.PerMinute(5), Burst: 5}, throttle.WithLivePolicies(), throttle.WithPlan(plan))
 	if got := drain(t, l, "free-1"); got != 5 {
 		t.Errorf("free plan admitted %d at once, want 5", got)
 	}
@@ -244,8 +241,7 @@ func TestStoredAlgorithmCanChange(t *testing.T) {
 	if err := store.Set(ctx, "partner-api", fw20); err != nil {
 		t.Fatal(err)
 	}
-	old := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10},
-		throttle.WithName("partner-api"), throttle.WithLogger(logger))
+	old := newNamedLimiter(t, tg, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 10}, throttle.WithLivePolicies(), throttle.WithLogger(logger))
 	if p, err := old.PolicyFor(ctx, "tenant-1"); err != nil || p != old.Policy() {
 		t.Fatalf("GCRA limiter under a stored FixedWindow: PolicyFor = %v, %v; want its own", p, err)
 	}
@@ -264,7 +260,7 @@ func TestStoredAlgorithmCanChange(t *testing.T) {
 	}
 
 	// The fleet moves to FixedWindow: Set refuses, Replace does it.
-	next := newLimiter(t, tg, throttle.FixedWindow{Limit: 10, Window: time.Second}, throttle.WithName("partner-api"))
+	next := newNamedLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 10, Window: time.Second}, throttle.WithLivePolicies())
 	if err := store.Set(ctx, "partner-api", fw20); !errors.Is(err, throttle.ErrInvalidPolicy) {
 		t.Fatalf("Set of FixedWindow on a GCRA name: %v; want ErrInvalidPolicy", err)
 	}

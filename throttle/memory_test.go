@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"testing"
@@ -50,10 +51,8 @@ func TestMemoryPerKey(t *testing.T) {
 	} {
 		// The last 9 bytes of the test's prefix: random, ending in ':'.
 		opts := []throttle.Option{throttle.WithPrefix(tg.Prefix[len(tg.Prefix)-9:])}
-		if tc.name != "" {
-			opts = append(opts, throttle.WithName(tc.name))
-		}
-		l, err := throttle.New(tg.Client, tc.policy, opts...)
+		name := cmp.Or(tc.name, "l")
+		l, err := throttle.New(tg.Client, name, tc.policy, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

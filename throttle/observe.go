@@ -55,7 +55,7 @@ func (o Outcome) String() string {
 
 // Decision describes one call a limiter answered, for an [Observer].
 type Decision struct {
-	// Limiter is the limiter's name (see [WithName]).
+	// Limiter is the limiter's name (see [New]).
 	Limiter string
 	// Op is the kind of call.
 	Op Op
@@ -153,21 +153,17 @@ func (o observers) ObserveDecision(d Decision) {
 	o[1].ObserveDecision(d)
 }
 
-// WithName names the limiter: in decisions, logs and metric labels, and,
-// for a Limiter, in its Redis keys, which then hold its state under its
-// name and algorithm rather than its policy. A named Limiter's policy can
-// change, in code or live through a [PolicyStore], and keep what was
-// consumed; it reads the policies stored for its name (see PolicyStore).
-// Limiters of one name in several processes share their state. Keep names
-// few (one per limiter, such as "partner-api"), never one per caller key;
-// a name holds no '{', '}' or '@'. Default: the policy's short form, such
-// as "gcra:10/1s:1" or "conc:3/30s", and keys under the policy.
-func WithName(name string) Option {
+// WithLivePolicies makes a [Limiter] apply the policies an operator
+// stores for its name with a [PolicyStore] (throttlectl set, the
+// dashboard) while it runs: they override the policy in code, for every
+// caller key or for one, and reach every process within about a second.
+// The limiter re-reads its name's stored policies in the background every
+// 250 ms while it decides, and before a decision after 750 ms idle: about
+// four small reads a second per process while busy. Default: off, the
+// policy in code (and WithPlan's) applies.
+func WithLivePolicies() Option {
 	return optionFunc(func(c *config) error {
-		if name == "" {
-			return fmt.Errorf("%w: empty name", ErrInvalidOption)
-		}
-		c.name = name
+		c.live = true
 		return nil
 	})
 }

@@ -42,7 +42,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	tg := redistest.New(t)
 	ctx := context.Background()
 	rec := &recorder{}
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2}, throttle.WithObserver(rec), throttle.WithName("partner"))
+	l := newNamedLimiter(t, tg, "partner", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2}, throttle.WithObserver(rec))
 	allowN(t, l, "a", 1)
 	allowN(t, l, "a", 1)
 	allowN(t, l, "a", 1)
@@ -67,7 +67,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 		}
 	}
 
-	conc, err := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute},
+	conc, err := throttle.NewConcurrencyLimiter(tg.Client, "conc", throttle.Concurrency{Limit: 1, Lease: time.Minute},
 		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 		t.Fatalf("second Acquire: %+v, %v", r, err)
 	}
 	last := rec.decisions[len(rec.decisions)-1]
-	if last.Op != throttle.OpAcquire || last.Outcome != throttle.Throttled || last.Limiter != "conc:1/1m0s" {
+	if last.Op != throttle.OpAcquire || last.Outcome != throttle.Throttled || last.Limiter != "conc" {
 		t.Fatalf("Acquire observed as %+v", last)
 	}
 }
@@ -95,7 +95,7 @@ func TestOutagesAreObservedAndLoggedSparingly(t *testing.T) {
 	for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
 		logs.Reset()
 		rec := &recorder{}
-		l, err := throttle.New(client, throttle.FixedWindow{Limit: 1, Window: time.Second},
+		l, err := throttle.New(client, "l", throttle.FixedWindow{Limit: 1, Window: time.Second},
 			throttle.WithFailurePolicy(failure), throttle.WithObserver(rec), throttle.WithLogger(logger))
 		if err != nil {
 			t.Fatal(err)
@@ -108,7 +108,7 @@ func TestOutagesAreObservedAndLoggedSparingly(t *testing.T) {
 			want = throttle.Degraded
 		}
 		for _, d := range rec.decisions {
-			if d.Outcome != want || !d.RedisFailed() || d.Err == nil || d.Limiter != "fw:1/1s" {
+			if d.Outcome != want || !d.RedisFailed() || d.Err == nil || d.Limiter != "l" {
 				t.Fatalf("%s: decision %+v, want %s with its Redis error", failure, d, want)
 			}
 		}
@@ -119,7 +119,7 @@ func TestOutagesAreObservedAndLoggedSparingly(t *testing.T) {
 		if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 			t.Fatalf("%s: %d log records for 20 failures, want 1:\n%s", failure, n, logs.String())
 		}
-		if !strings.Contains(logs.String(), "limiter=fw:1/1s") || !strings.Contains(logs.String(), "outcome="+want.String()) {
+		if !strings.Contains(logs.String(), "limiter=l ") || !strings.Contains(logs.String(), "outcome="+want.String()) {
 			t.Fatalf("%s: log record lacks the limiter or outcome:\n%s", failure, logs.String())
 		}
 	}
@@ -130,13 +130,12 @@ func TestObserverOptionsRejectBadInput(t *testing.T) {
 	p := throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}
 	for name, opt := range map[string]throttle.Option{
 		"nil observer": throttle.WithObserver(nil),
-		"empty name":   throttle.WithName(""),
 	} {
-		if _, err := throttle.New(tg.Client, p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
+		if _, err := throttle.New(tg.Client, "limiter", p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := throttle.New(tg.Client, p, throttle.WithLogger(nil)); err != nil {
+	if _, err := throttle.New(tg.Client, "limiter", p, throttle.WithLogger(nil)); err != nil {
 		t.Errorf("WithLogger(nil) discards, want no error: %v", err)
 	}
 }

@@ -30,11 +30,14 @@ type config struct {
 	denyCache int
 	coalesce  int
 	observer  Observer
-	name      string // "" until the constructor names it
-	named     bool   // the name was given with WithName
-	plan      func(ctx context.Context, key string) Policy
-	logger    *slog.Logger // nil: slog.Default() when logging
-	hashOver  int          // -1: caller keys are never hashed
+	name      string // the limiter's name
+	live      bool   // WithLivePolicies
+	// inspecting: a tool's view of the limiter's keys, which records
+	// nothing in the registry (keyspace.Inspecting)
+	inspecting bool
+	plan       func(ctx context.Context, key string) Policy
+	logger     *slog.Logger // nil: slog.Default() when logging
+	hashOver   int          // -1: caller keys are never hashed
 }
 
 // defaultCoalescing is how many concurrent decisions may share a round

@@ -85,7 +85,7 @@ func TestReliabilityRedisStopped(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
 		client := srv.Client(t, nil) // go-redis's defaults, as a user has them
-		l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10000), Burst: 1000},
+		l, err := throttle.New(client, "l", throttle.GCRA{Rate: throttle.PerSecond(10000), Burst: 1000},
 			throttle.WithTimeout(timeout), throttle.WithFailurePolicy(failure), throttle.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +168,7 @@ func TestReliabilitySlowRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	for _, deadlines := range []bool{false, true} {
 		client := srv.Client(t, &redis.Options{ContextTimeoutEnabled: deadlines})
-		l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10000), Burst: 1000},
+		l, err := throttle.New(client, "l", throttle.GCRA{Rate: throttle.PerSecond(10000), Burst: 1000},
 			throttle.WithTimeout(timeout), throttle.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)

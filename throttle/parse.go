@@ -160,6 +160,10 @@ func parseInt(s string) (int, error) {
 
 func init() {
 	keyspace.Parse = parseKey
+	keyspace.Inspecting = optionFunc(func(c *config) error {
+		c.inspecting = true
+		return nil
+	})
 	keyspace.ParseConcurrency = func(s string) (int, time.Duration, error) {
 		p, err := parseConcurrency(s)
 		return p.Limit, p.Lease, err
@@ -178,20 +182,19 @@ func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 	}
 	open := strings.IndexByte(rest, '{')
 	if open < 1 || rest[open-1] != ':' {
-		return keyspace.KeyInfo{}, notLimiterKey(key, "no \":{\" after the policy")
+		return keyspace.KeyInfo{}, notLimiterKey(key, "no \":{\" after the limiter's name")
 	}
 	length := strings.IndexByte(rest[open+1:], '}')
 	if length < 0 {
 		return keyspace.KeyInfo{}, notLimiterKey(key, "the hash tag is not closed")
 	}
-	info := keyspace.KeyInfo{Policy: rest[:open-1]}
-	if at := strings.LastIndexByte(info.Policy, '@'); at >= 0 {
-		info.Name, info.Algorithm, info.Policy = info.Policy[:at], info.Policy[at+1:], ""
-		if validName(info.Name) != nil || kindName(info.Algorithm) == info.Algorithm {
-			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a limiter's name and algorithm as the library writes them", rest[:open-1])
-		}
-	} else {
-		info.Algorithm, _, _ = strings.Cut(info.Policy, ":")
+	var info keyspace.KeyInfo
+	at := strings.LastIndexByte(rest[:open-1], '@')
+	if at >= 0 {
+		info.Name, info.Algorithm = rest[:at], rest[at+1:open-1]
+	}
+	if at < 0 || validName(info.Name) != nil || kindName(info.Algorithm) == info.Algorithm {
+		return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a limiter's name and algorithm as the library writes them", rest[:open-1])
 	}
 	stored := rest[open+1 : open+1+length]
 	suffix := rest[open+2+length:]
@@ -219,21 +222,8 @@ func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 		return keyspace.KeyInfo{}, notLimiterKey(key, "unknown suffix %q", suffix)
 	}
 
-	if info.Concurrency() {
-		c, err := parseConcurrency(info.Policy)
-		if err != nil || concurrencyID(c) != info.Policy {
-			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a concurrency policy as the library writes it", info.Policy)
-		}
-		if info.Kind != keyspace.KeyState {
-			return keyspace.KeyInfo{}, notLimiterKey(key, "a concurrency limiter keeps no %s keys", info.Kind)
-		}
-		return info, nil
-	}
-	if info.Name == "" {
-		p, err := ParsePolicy(info.Policy)
-		if err != nil || p.spec().id != info.Policy {
-			return keyspace.KeyInfo{}, notLimiterKey(key, "%q is not a policy as the library writes it", info.Policy)
-		}
+	if info.Concurrency() && info.Kind != keyspace.KeyState {
+		return keyspace.KeyInfo{}, notLimiterKey(key, "a concurrency limiter keeps no %s keys", info.Kind)
 	}
 	if (info.Kind == keyspace.KeyTicket || info.Kind == keyspace.KeyTickets) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
 		return keyspace.KeyInfo{}, notLimiterKey(key, "%s keeps no tickets", kindName(info.Algorithm))
@@ -244,6 +234,3 @@ func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 func notLimiterKey(key, format string, args ...any) error {
 	return fmt.Errorf("%w: %q: "+format, append([]any{keyspace.ErrNotLimiterKey, key}, args...)...)
 }
-
-// concurrencyID is the short form a ConcurrencyLimiter writes for p.
-func concurrencyID(p Concurrency) string { return fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease) }

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,24 +42,16 @@ var parseConcurrencies = []throttle.Concurrency{
 	{Limit: 50, Lease: 2*time.Hour + 1500*time.Microsecond},
 }
 
-// policyID returns the short form a Limiter writes for p, read off one of
-// its keys.
-func policyID(t testing.TB, prefix string, p throttle.Policy) string {
-	t.Helper()
-	l, err := throttle.New(parseClient, p, throttle.WithPrefix(prefix))
-	if err != nil {
-		t.Fatalf("New(%#v): %v", p, err)
-	}
-	key := l.Key("k")
-	return strings.TrimSuffix(strings.TrimPrefix(key, prefix), ":{k}")
-}
-
-// TestParsePolicyRoundTrip reads every policy type back from the form it
-// takes in its Redis keys, and the keys themselves back to policy and
-// caller key.
+// TestParsePolicyRoundTrip reads every policy type back from its short
+// form (what the registry of names, stored policies and throttlectl
+// hold), and the limiters' keys back to name, algorithm and caller key.
 func TestParsePolicyRoundTrip(t *testing.T) {
 	for _, p := range parsePolicies {
-		l, err := throttle.New(parseClient, p)
+		got, err := throttle.ParsePolicy(fmt.Sprint(p))
+		if err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %#v, %v; want %#v", fmt.Sprint(p), got, err, p)
+		}
+		l, err := throttle.New(parseClient, "partner-api", p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,32 +59,26 @@ func TestParsePolicyRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseKey(%q): %v", l.Key("tenant-42"), err)
 		}
-		if info.Caller != "tenant-42" || info.Kind != keyspace.KeyState || info.Hashed || info.Concurrency() {
+		alg, _, _ := strings.Cut(fmt.Sprint(p), ":")
+		if info.Name != "partner-api" || info.Algorithm != alg || info.Caller != "tenant-42" || info.Kind != keyspace.KeyState || info.Hashed || info.Concurrency() {
 			t.Errorf("ParseKey(%q) = %+v", l.Key("tenant-42"), info)
-		}
-		got, err := throttle.ParsePolicy(info.Policy)
-		if err != nil {
-			t.Fatalf("ParsePolicy(%q): %v", info.Policy, err)
-		}
-		if got != p {
-			t.Errorf("ParsePolicy(%q) = %#v, want %#v", info.Policy, got, p)
 		}
 	}
 	for _, p := range parseConcurrencies {
-		c, err := throttle.NewConcurrencyLimiter(parseClient, p)
+		form := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
+		if got, err := throttle.ParseConcurrency(form); err != nil || got != p {
+			t.Errorf("ParseConcurrency(%q) = %#v, %v; want %#v", form, got, err, p)
+		}
+		c, err := throttle.NewConcurrencyLimiter(parseClient, "exports", p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := throttle.ParseKey(throttle.DefaultPrefix, c.Key("exports"))
+		info, err := throttle.ParseKey(throttle.DefaultPrefix, c.Key("tenant-42"))
 		if err != nil {
-			t.Fatalf("ParseKey(%q): %v", c.Key("exports"), err)
+			t.Fatalf("ParseKey(%q): %v", c.Key("tenant-42"), err)
 		}
-		if info.Caller != "exports" || !info.Concurrency() {
-			t.Errorf("ParseKey(%q) = %+v", c.Key("exports"), info)
-		}
-		got, err := throttle.ParseConcurrency(info.Policy)
-		if err != nil || got != p {
-			t.Errorf("ParseConcurrency(%q) = %#v, %v; want %#v", info.Policy, got, err, p)
+		if info.Name != "exports" || info.Caller != "tenant-42" || !info.Concurrency() {
+			t.Errorf("ParseKey(%q) = %+v", c.Key("tenant-42"), info)
 		}
 	}
 }
@@ -188,8 +175,8 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 	callers := []string{"tenant-42", "a{b}%c", "%7B", "}", "%", "a}:{b", "ünï:cödé", "%#" + strings.Repeat("0", 64)}
 	limiters := map[string]*throttle.Limiter{}
 	type found struct {
-		policy, caller string
-		kind           keyspace.KeyKind
+		name, caller string
+		kind         keyspace.KeyKind
 	}
 	want := map[found]bool{}
 	// Slow enough that nothing expires while the test runs on a real Redis.
@@ -203,7 +190,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 	}
 	for _, p := range lasting {
 		l := newLimiter(t, tg, p)
-		id := policyID(t, tg.Prefix, p)
+		id := l.Name()
 		limiters[id] = l
 		for _, caller := range callers {
 			allowN(t, l, caller, 1)
@@ -228,7 +215,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 		t.Fatalf("Acquire: %v, %v", lease, err)
 	}
 	defer lease.Release(ctx)
-	want[found{"conc:3/30s", "exports{1}", keyspace.KeyState}] = true
+	want[found{conc.Name(), "exports{1}", keyspace.KeyState}] = true
 
 	for _, key := range tg.Keys(t) {
 		info, err := throttle.ParseKey(tg.Prefix, key)
@@ -236,12 +223,12 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 			t.Errorf("ParseKey(%q): %v", key, err)
 			continue
 		}
-		delete(want, found{info.Policy, info.Caller, info.Kind})
+		delete(want, found{info.Name, info.Caller, info.Kind})
 		var rebuilt string
 		if info.Concurrency() {
 			rebuilt = conc.Key(info.Caller)
 		} else {
-			rebuilt = limiters[info.Policy].Key(info.Caller)
+			rebuilt = limiters[info.Name].Key(info.Caller)
 		}
 		switch info.Kind {
 		case keyspace.KeyBlock:
@@ -267,7 +254,7 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 // TestParseKeyHashed reads keys whose caller key is stored by its hash.
 func TestParseKeyHashed(t *testing.T) {
 	p := throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}
-	l, err := throttle.New(parseClient, p, throttle.WithKeyHashing(0))
+	l, err := throttle.New(parseClient, "l", p, throttle.WithKeyHashing(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +264,7 @@ func TestParseKeyHashed(t *testing.T) {
 		t.Fatalf("ParseKey(%q): %v", key, err)
 	}
 	stored := key[strings.IndexByte(key, '{')+1 : len(key)-1]
-	if !info.Hashed || info.Caller != stored || info.Policy != "gcra:10/1s:5" || len(stored) != keyspace.HashedLen {
+	if !info.Hashed || info.Caller != stored || info.Name != "l" || info.Algorithm != "gcra" || len(stored) != keyspace.HashedLen {
 		t.Errorf("ParseKey(%q) = %+v", key, info)
 	}
 	if info, err := throttle.ParseKey(throttle.DefaultPrefix, key+":block"); err != nil || info.Kind != keyspace.KeyBlock || !info.Hashed {
@@ -290,47 +277,48 @@ func TestParseKeyRejects(t *testing.T) {
 	hash := "%#" + strings.Repeat("ab", 32)
 	for _, key := range []string{
 		"",
-		"other:gcra:10/1s:5:{x}",                                // another prefix
-		"throttle:gcra:10/1s:5",                                 // no tag
-		"throttle:gcra:10/1s:5{x}",                              // no colon before the tag
-		"throttle:{x}",                                          // no policy
-		"throttle:gcra:10/1s:5:{x",                              // unclosed tag
-		"throttle:gcra:10/1s:5:{}",                              // empty caller key
-		"throttle:gcra:10/1s:5:{a{b}",                           // brace inside the tag
-		"throttle:gcra:10/1s:5:{a%b}",                           // bare percent
-		"throttle:gcra:10/1s:5:{a%7b}",                          // lower-case escape
-		"throttle:gcra:10/1s:5:{a%2}",                           // short escape
-		"throttle:gcra:10/1s:5:{x}:other",                       // unknown suffix
-		"throttle:gcra:10/1s:5:{x}:t:",                          // empty ticket
-		"throttle:gcra:10/1s:5:{x}:t:a{b",                       // unescaped ticket
-		"throttle:gcra:10/1s:5:{x}:block:x",                     // block with more
-		"throttle:gcra:10/1000ms:5:{x}",                         // not the library's form
-		"throttle:fw:25/1m:{x}",                                 // not the library's form
-		"throttle:gcra:10/1s:0:{x}",                             // invalid policy
-		"throttle:fw:25/1m0s:{x}:t:task",                        // windows keep no tickets
-		"throttle:lb:10/1s:5:{x}:t:task",                        // nor does the leaky bucket
-		"throttle:conc:3/30s:{x}:block",                         // nor blocks for concurrency
-		"throttle:conc:3/30000ms:{x}",                           // not the library's form
-		"throttle:conc:0/30s:{x}",                               // invalid policy
-		"throttle:worker:task:{task-1}",                         // the worker's give-up counter
-		"throttle:sched:{nightly}:2026-03-14T02:00:00Z",         // a scheduler claim
-		"throttle:gcra:10/1s:5:{" + hash[:len(hash)-1] + "}",    // hash too short
-		"throttle:gcra:10/1s:5:{" + strings.ToUpper(hash) + "}", // not lower-case hex
-		"throttle:gcra:10/1s:5:{" + hash + "0}",                 // hash too long
+		"other:api@gcra:{x}",                                // another prefix
+		"throttle:api@gcra",                                 // no tag
+		"throttle:api@gcra{x}",                              // no colon before the tag
+		"throttle:{x}",                                      // no name
+		"throttle:gcra:10/1s:5:{x}",                         // a policy, not a name (written before names were required)
+		"throttle:api:{x}",                                  // no algorithm
+		"throttle:@gcra:{x}",                                // empty name
+		"throttle:api@GCRA:{x}",                             // unknown algorithm
+		"throttle:api@gcra:{x",                              // unclosed tag
+		"throttle:api@gcra:{}",                              // empty caller key
+		"throttle:api@gcra:{a{b}",                           // brace inside the tag
+		"throttle:api@gcra:{a%b}",                           // bare percent
+		"throttle:api@gcra:{a%7b}",                          // lower-case escape
+		"throttle:api@gcra:{a%2}",                           // short escape
+		"throttle:api@gcra:{x}:other",                       // unknown suffix
+		"throttle:api@gcra:{x}:t:",                          // empty ticket
+		"throttle:api@gcra:{x}:t:a{b",                       // unescaped ticket
+		"throttle:api@gcra:{x}:block:x",                     // block with more
+		"throttle:api@fw:{x}:t:task",                        // windows keep no tickets
+		"throttle:api@lb:{x}:t:task",                        // nor does the leaky bucket
+		"throttle:pool@conc:{x}:block",                      // nor blocks for concurrency
+		"throttle:worker:task:{task-1}",                     // the worker's give-up counter
+		"throttle:sched:{nightly}:2026-03-14T02:00:00Z",     // a scheduler claim
+		"throttle:policy:{api}",                             // stored policies
+		"throttle:limiters",                                 // the registry of names
+		"throttle:api@gcra:{" + hash[:len(hash)-1] + "}",    // hash too short
+		"throttle:api@gcra:{" + strings.ToUpper(hash) + "}", // not lower-case hex
+		"throttle:api@gcra:{" + hash + "0}",                 // hash too long
 	} {
 		if info, err := throttle.ParseKey(prefix, key); !errors.Is(err, keyspace.ErrNotLimiterKey) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotLimiterKey", key, info, err)
 		}
 	}
-	info, err := throttle.ParseKey("", "gcra:10/1s:5:{x}")
-	if err != nil || info.Caller != "x" || info.Policy != "gcra:10/1s:5" {
+	info, err := throttle.ParseKey("", "api@gcra:{x}")
+	if err != nil || info.Caller != "x" || info.Name != "api" {
 		t.Errorf("ParseKey with an empty prefix = %+v, %v", info, err)
 	}
 }
 
 func FuzzParsePolicy(f *testing.F) {
 	for _, p := range parsePolicies {
-		f.Add(policyID(f, throttle.DefaultPrefix, p))
+		f.Add(p.String())
 	}
 	for _, s := range []string{"conc:3/30s", "gcra:10/1.5ms:1", "fw:25/1m", "sw:1/1h1m1.000001s", "tb:1/1us:1", "lb:99/0s:1"} {
 		f.Add(s)
@@ -351,29 +339,18 @@ func FuzzParsePolicy(f *testing.F) {
 			if err := c.Validate(); err != nil {
 				t.Fatalf("ParseConcurrency(%q) = %#v, invalid: %v", s, c, err)
 			}
-			cl, err := throttle.NewConcurrencyLimiter(parseClient, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := throttle.ParseKey(throttle.DefaultPrefix, cl.Key("k"))
-			if err != nil {
-				t.Fatalf("ParseKey(%q): %v", cl.Key("k"), err)
-			}
-			if again, err := throttle.ParseConcurrency(info.Policy); err != nil || again != c {
-				t.Fatalf("ParseConcurrency(%q) = %#v, %v; want %#v", info.Policy, again, err, c)
+			form := fmt.Sprintf("conc:%d/%s", c.Limit, c.Lease)
+			if again, err := throttle.ParseConcurrency(form); err != nil || again != c {
+				t.Fatalf("ParseConcurrency(%q) = %#v, %v; want %#v", form, again, err, c)
 			}
 			return
 		}
 		if err := p.Validate(); err != nil {
 			t.Fatalf("ParsePolicy(%q) = %#v, invalid: %v", s, p, err)
 		}
-		id := policyID(t, throttle.DefaultPrefix, p)
-		again, err := throttle.ParsePolicy(id)
-		if err != nil || again != p {
-			t.Fatalf("ParsePolicy(%q) = %#v, %v; want %#v (from %q)", id, again, err, p, s)
-		}
-		if info, err := throttle.ParseKey(throttle.DefaultPrefix, throttle.DefaultPrefix+id+":{k}"); err != nil || info.Policy != id {
-			t.Fatalf("ParseKey of %q's key: %+v, %v", id, info, err)
+		again, err := throttle.ParsePolicy(p.String())
+		if err != nil || again.String() != p.String() {
+			t.Fatalf("ParsePolicy(%q) = %#v, %v; want %#v (from %q)", p.String(), again, err, p, s)
 		}
 	})
 }
@@ -383,11 +360,11 @@ func FuzzParsePolicy(f *testing.F) {
 func FuzzParseKey(f *testing.F) {
 	const prefix = "p:"
 	for _, key := range []string{
-		"p:gcra:10/1s:5:{tenant-42}",
-		"p:gcra:10/1s:5:{a%7Bb%7D%25c}:t:task%7B1%7D",
-		"p:fw:25/1m0s:{x}:block",
-		"p:conc:3/30s:{exports}",
-		"p:sw:25/1s:{%#" + strings.Repeat("0f", 32) + "}",
+		"p:api@gcra:{tenant-42}",
+		"p:api@gcra:{a%7Bb%7D%25c}:t:task%7B1%7D",
+		"p:api@fw:{x}:block",
+		"p:pool@conc:{exports}",
+		"p:api@sw:{%#" + strings.Repeat("0f", 32) + "}",
 		"p:worker:task:{x}",
 	} {
 		f.Add(key)
@@ -402,23 +379,15 @@ func FuzzParseKey(f *testing.F) {
 		}
 		var rebuilt string
 		if info.Concurrency() {
-			c, err := throttle.ParseConcurrency(info.Policy)
-			if err != nil {
-				t.Fatalf("ParseKey(%q) = %+v: %v", key, info, err)
-			}
-			cl, err := throttle.NewConcurrencyLimiter(parseClient, c, throttle.WithPrefix(prefix))
+			cl, err := throttle.NewConcurrencyLimiter(parseClient, info.Name, throttle.Concurrency{Limit: 1, Lease: time.Second}, throttle.WithPrefix(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}
 			rebuilt = cl.Key(info.Caller)
 		} else {
-			p, err := throttle.ParsePolicy(info.Policy)
+			l, err := throttle.New(parseClient, info.Name, policyOfKind[info.Algorithm], throttle.WithPrefix(prefix))
 			if err != nil {
 				t.Fatalf("ParseKey(%q) = %+v: %v", key, info, err)
-			}
-			l, err := throttle.New(parseClient, p, throttle.WithPrefix(prefix))
-			if err != nil {
-				t.Fatal(err)
 			}
 			rebuilt = l.Key(info.Caller)
 		}
@@ -440,6 +409,17 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("ParseKey(%q) = %+v, which builds %q", key, info, rebuilt)
 		}
 	})
+}
+
+// policyOfKind is a policy of each algorithm, by its short name.
+var policyOfKind = map[string]throttle.Policy{
+	"gcra":  throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1},
+	"tb":    throttle.TokenBucket{Rate: throttle.PerSecond(1), Burst: 1},
+	"lb":    throttle.LeakyBucket{Rate: throttle.PerSecond(1), Capacity: 1},
+	"fw":    throttle.FixedWindow{Limit: 1, Window: time.Second},
+	"sl":    throttle.SlidingLog{Limit: 1, Window: time.Second},
+	"sw":    throttle.SlidingWindow{Limit: 1, Window: time.Second},
+	"quota": throttle.Quota{Limit: 1, Period: throttle.Day},
 }
 
 // TestPolicyStringReadsBack: every policy's String is its short form,
@@ -472,9 +452,9 @@ func TestPolicyStringReadsBack(t *testing.T) {
 // algorithm, and read back to them.
 func TestParseKeyOfNamedLimiters(t *testing.T) {
 	tg := redistest.Embedded(t)
-	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithName("partner-api"))
+	l := newNamedLimiter(t, tg, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	info, err := throttle.ParseKey(tg.Prefix, l.Key("tenant{1}"))
-	if err != nil || info.Name != "partner-api" || info.Algorithm != "gcra" || info.Policy != "" || info.Caller != "tenant{1}" || info.Kind != keyspace.KeyState {
+	if err != nil || info.Name != "partner-api" || info.Algorithm != "gcra" || info.Caller != "tenant{1}" || info.Kind != keyspace.KeyState {
 		t.Errorf("ParseKey(%q) = %+v, %v", l.Key("tenant{1}"), info, err)
 	}
 	for _, bad := range []string{"partner-api@nope:{t}", "@gcra:{t}", "a{b@gcra:{t}", "partner-api@lb:{t}:tickets"} {
@@ -482,7 +462,56 @@ func TestParseKeyOfNamedLimiters(t *testing.T) {
 			t.Errorf("ParseKey(%q) = %v, want ErrNotLimiterKey", bad, err)
 		}
 	}
-	if _, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithName("a@b")); !errors.Is(err, throttle.ErrInvalidOption) {
-		t.Errorf("a name with '@': %v, want ErrInvalidOption", err)
+	for _, name := range []string{"", "a@b", "a{b", "a}b"} {
+		if _, err := throttle.New(tg.Client, name, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("New with the name %q: %v, want ErrInvalidOption", name, err)
+		}
+		if _, err := throttle.NewConcurrencyLimiter(tg.Client, name, throttle.Concurrency{Limit: 1, Lease: time.Second}); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("NewConcurrencyLimiter with the name %q: %v, want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+// TestLimitersOfDifferentNamesShareNothing: two limiters of one policy
+// with different names ("emails", "exports") keep their own budgets for
+// the same caller key; two of one name (two processes, say) share one.
+// Before names were required, two unnamed limiters of one policy shared
+// their state: the second was refused.
+func TestLimitersOfDifferentNamesShareNothing(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	p := throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1}
+	emails := newNamedLimiter(t, tg, "emails", p)
+	exports := newNamedLimiter(t, tg, "exports", p)
+	emailsElsewhere := newNamedLimiter(t, tg, "emails", p)
+	for _, step := range []struct {
+		l    *throttle.Limiter
+		what string
+		want bool
+	}{
+		{emails, "emails", true},
+		{exports, "exports, the same policy and caller key", true},
+		{emailsElsewhere, "emails, from another limiter of the name", false},
+		{exports, "exports again", false},
+	} {
+		if r := allowN(t, step.l, "share-tenant-42", 1); r.Allowed != step.want {
+			t.Errorf("%s: allowed %v, want %v", step.what, r.Allowed, step.want)
+		}
+	}
+	c := throttle.Concurrency{Limit: 1, Lease: time.Minute}
+	pools := []*throttle.ConcurrencyLimiter{
+		newNamedConcurrency(t, tg, "uploads", c), newNamedConcurrency(t, tg, "downloads", c), newNamedConcurrency(t, tg, "uploads", c),
+	}
+	for i, want := range []bool{true, true, false} {
+		lease, _, err := pools[i].Acquire(ctx, "share-tenant-42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lease != nil; got != want {
+			t.Errorf("%s (the %d-th cap): acquired %v, want %v", pools[i].Name(), i+1, got, want)
+		}
+		if lease != nil {
+			defer lease.Release(ctx)
+		}
 	}
 }

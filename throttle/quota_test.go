@@ -99,9 +99,9 @@ func TestQuotaChangeKeepsTheCount(t *testing.T) {
 	clock := tg.Clock(t)
 	paris, tokyo := mustZone(t, "Europe/Paris"), mustZone(t, "Asia/Tokyo")
 	clock.Set(time.Date(2026, 5, 4, 10, 0, 0, 0, paris))
-	old := newLimiter(t, tg, throttle.Quota{Limit: 3, Period: throttle.Day, Location: paris}, throttle.WithName("partner"))
-	raised := newLimiter(t, tg, throttle.Quota{Limit: 5, Period: throttle.Day, Location: paris}, throttle.WithName("partner"))
-	moved := newLimiter(t, tg, throttle.Quota{Limit: 5, Period: throttle.Day, Location: tokyo}, throttle.WithName("partner"))
+	old := newNamedLimiter(t, tg, "partner", throttle.Quota{Limit: 3, Period: throttle.Day, Location: paris})
+	raised := newNamedLimiter(t, tg, "partner", throttle.Quota{Limit: 5, Period: throttle.Day, Location: paris})
+	moved := newNamedLimiter(t, tg, "partner", throttle.Quota{Limit: 5, Period: throttle.Day, Location: tokyo})
 	if got := drain(t, old, "acme"); got != 3 {
 		t.Fatalf("the old quota admitted %d, want 3", got)
 	}

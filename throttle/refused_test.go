@@ -3,6 +3,9 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +77,7 @@ func TestRefusalsAreErrorsUnderEitherPolicy(t *testing.T) {
 			client, prefix := c.setup(t)
 			const key = "k"
 			for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
-				l, err := throttle.New(client, policy, throttle.WithPrefix(prefix), throttle.WithFailurePolicy(failure), throttle.WithLogger(nil))
+				l, err := throttle.New(client, fmt.Sprint(policy), policy, throttle.WithPrefix(prefix), throttle.WithFailurePolicy(failure), throttle.WithLogger(nil))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -99,4 +102,34 @@ func TestRefusalsAreErrorsUnderEitherPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAPlainClientOnAClusterNodeIsToldToUseAClusterClient: a *redis.Client
+// on one node of a Redis Cluster is refused every key of the other nodes'
+// slots (MOVED): the error wraps ErrRefused and names the fix. It needs a
+// Cluster (REDIS_CLUSTER_ADDRS, as CI's Cluster pass has).
+func TestAPlainClientOnAClusterNodeIsToldToUseAClusterClient(t *testing.T) {
+	seeds := os.Getenv("REDIS_CLUSTER_ADDRS")
+	if seeds == "" {
+		t.Logf("no Redis Cluster (REDIS_CLUSTER_ADDRS): this needs one (CI's Cluster pass has it)")
+		return
+	}
+	seed, _, _ := strings.Cut(seeds, ",")
+	plain := redis.NewClient(&redis.Options{Addr: seed})
+	t.Cleanup(func() { _ = plain.Close() })
+	l, err := throttle.New(plain, "moved", throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 1000}, throttle.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 { // three masters: some key is on another node
+		_, err := l.Allow(context.Background(), fmt.Sprintf("moved-%d", i))
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, throttle.ErrRefused) || !strings.Contains(err.Error(), "redis.NewClusterClient") {
+			t.Fatalf("a key on another node: %v; want ErrRefused naming redis.NewClusterClient", err)
+		}
+		return
+	}
+	t.Fatal("100 keys, none on another node")
 }

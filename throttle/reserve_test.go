@@ -69,7 +69,7 @@ func TestReserveStaggersSlots(t *testing.T) {
 			for range 2 {
 				c := tg.NewClient(t)
 				c.AddHook(counter)
-				l, err := throttle.New(c, p, throttle.WithPrefix(tg.Prefix))
+				l, err := throttle.New(c, "l", p, throttle.WithPrefix(tg.Prefix))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -336,7 +336,7 @@ func TestWaitOnAMeterIsOneCallPerWaiter(t *testing.T) {
 	counter := &commandCounter{count: map[string]int{}}
 	c := tg.NewClient(t)
 	c.AddHook(counter)
-	l, err := throttle.New(c, throttle.GCRA{Rate: throttle.PerSecond(40), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	l, err := throttle.New(c, "l", throttle.GCRA{Rate: throttle.PerSecond(40), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

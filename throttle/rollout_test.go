@@ -63,8 +63,8 @@ func TestPolicyChangeKeepsWhatWasConsumed(t *testing.T) {
 			for _, order := range []string{"old first", "new first"} {
 				tg := redistest.Embedded(t)
 				tg.Clock(t)
-				old := newLimiter(t, tg, c.old, throttle.WithName("partner-api"))
-				next := newLimiter(t, tg, c.new, throttle.WithName("partner-api"))
+				old := newNamedLimiter(t, tg, "partner-api", c.old)
+				next := newNamedLimiter(t, tg, "partner-api", c.new)
 				first, second := old, next
 				if order == "new first" {
 					first, second = next, old
@@ -78,8 +78,8 @@ func TestPolicyChangeKeepsWhatWasConsumed(t *testing.T) {
 			// Consumed under the old policy, counted by the new one.
 			tg := redistest.Embedded(t)
 			tg.Clock(t)
-			old := newLimiter(t, tg, c.old, throttle.WithName("partner-api"))
-			next := newLimiter(t, tg, c.new, throttle.WithName("partner-api"))
+			old := newNamedLimiter(t, tg, "partner-api", c.old)
+			next := newNamedLimiter(t, tg, "partner-api", c.new)
 			took := 3
 			for range took {
 				if !allowN(t, old, "tenant-1", 1).Allowed {
@@ -112,8 +112,8 @@ func TestRolloutNeverAdmitsMoreThanTheLargerPolicy(t *testing.T) {
 					mu.Unlock()
 				}
 			})
-			old := newLimiter(t, tg, c.old, throttle.WithName("rollout"), throttle.WithObserver(observer))
-			next := newLimiter(t, tg, c.new, throttle.WithName("rollout"), throttle.WithObserver(observer))
+			old := newNamedLimiter(t, tg, "rollout", c.old, throttle.WithObserver(observer))
+			next := newNamedLimiter(t, tg, "rollout", c.new, throttle.WithObserver(observer))
 			ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 			defer cancel()
 			var wg sync.WaitGroup
@@ -262,8 +262,8 @@ func TestRetryAfterIsExactAcrossAChange(t *testing.T) {
 					tg := redistest.Embedded(t)
 					clock := tg.Clock(t)
 					clock.Set(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC).Add(step.into))
-					before := newLimiter(t, tg, first, throttle.WithName("partner-api"))
-					after := newLimiter(t, tg, second, throttle.WithName("partner-api"))
+					before := newNamedLimiter(t, tg, "partner-api", first)
+					after := newNamedLimiter(t, tg, "partner-api", second)
 					drain(t, before, "tenant-1")
 					if step.into > 0 {
 						clock.Advance(200 * time.Millisecond)

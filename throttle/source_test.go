@@ -110,7 +110,7 @@ func TestDecisionsSayWhereThePolicyCameFrom(t *testing.T) {
 		storedForKey = throttle.GCRA{Rate: throttle.PerMinute(100), Burst: 100}
 	)
 	rec := &recorder{}
-	l := newLimiter(t, tg, code, throttle.WithName("partner-api"), throttle.WithObserver(rec),
+	l := newNamedLimiter(t, tg, "partner-api", code, throttle.WithLivePolicies(), throttle.WithObserver(rec),
 		throttle.WithPlan(func(_ context.Context, key string) throttle.Policy {
 			switch key {
 			case "pro":
@@ -200,8 +200,8 @@ func TestPolicySourceWithoutNameOrPolicy(t *testing.T) {
 		t.Errorf("bad input observed as %+v, want an error without policy or source", d)
 	}
 
-	conc, err := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute},
-		throttle.WithPrefix(tg.Prefix), throttle.WithName("pool"), throttle.WithObserver(rec))
+	conc, err := throttle.NewConcurrencyLimiter(tg.Client, "pool", throttle.Concurrency{Limit: 1, Lease: time.Minute},
+		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,70 +215,49 @@ func TestPolicySourceWithoutNameOrPolicy(t *testing.T) {
 	}
 }
 
-// TestLimiterName: a limiter's name is the one given with WithName, else its
-// policy's (the form its Redis keys carry); its decisions carry the same.
+// TestLimiterName: a limiter's name is the one given to its constructor;
+// its decisions carry the same, and the policy's short form.
 func TestLimiterName(t *testing.T) {
 	tg := redistest.New(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		policy throttle.Policy
-		opts   []throttle.Option
-		want   string
+		name   string
 	}{
-		{throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}, nil, "gcra:10/1s:5"},
-		{throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}, []throttle.Option{throttle.WithName("partner-api")}, "partner-api"},
-		{throttle.TokenBucket{Rate: throttle.PerSecond(3), Burst: 2}, nil, "tb:3/1s:2"},
-		{throttle.LeakyBucket{Rate: throttle.PerSecond(3), Capacity: 2}, nil, "lb:3/1s:2"},
-		{throttle.FixedWindow{Limit: 25, Window: time.Second}, nil, "fw:25/1s"},
-		{throttle.SlidingLog{Limit: 25, Window: time.Second}, nil, "sl:25/1s"},
-		{throttle.SlidingWindow{Limit: 25, Window: time.Second}, []throttle.Option{throttle.WithName("sw-named")}, "sw-named"},
-		// Windows and rates of whole minutes: the name is the form of the
-		// limiter's Redis keys ("1m0s"), not Policy().String() ("1m").
-		{throttle.GCRA{Rate: throttle.PerMinute(5), Burst: 5}, nil, "gcra:5/1m0s:5"},
-		{throttle.FixedWindow{Limit: 3, Window: time.Hour}, nil, "fw:3/1h0m0s"},
+		{throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}, "partner-api"},
+		{throttle.TokenBucket{Rate: throttle.PerSecond(3), Burst: 2}, "tb:3/1s:2"},
+		{throttle.SlidingWindow{Limit: 25, Window: time.Second}, "sw-named"},
 	} {
-		t.Run(tc.want, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
-			l := newLimiter(t, tg, tc.policy, append([]throttle.Option{throttle.WithObserver(rec)}, tc.opts...)...)
-			if got := l.Name(); got != tc.want {
-				t.Errorf("Name() = %q, want %q", got, tc.want)
+			l := newNamedLimiter(t, tg, tc.name, tc.policy, throttle.WithObserver(rec))
+			if got := l.Name(); got != tc.name {
+				t.Errorf("Name() = %q, want %q", got, tc.name)
 			}
 			if _, err := l.Allow(ctx, "k"); err != nil {
 				t.Fatal(err)
 			}
-			if d := lastDecision(t, rec); d.Limiter != l.Name() {
-				t.Errorf("decision's limiter %q, Name() %q", d.Limiter, l.Name())
+			if d := lastDecision(t, rec); d.Limiter != tc.name || d.Policy != fmt.Sprint(tc.policy) {
+				t.Errorf("decision's limiter %q, policy %q; want %q, %q", d.Limiter, d.Policy, tc.name, tc.policy)
 			}
 		})
 	}
-	for _, tc := range []struct {
-		policy throttle.Concurrency
-		opts   []throttle.Option
-		want   string
-	}{
-		{throttle.Concurrency{Limit: 3, Lease: 30 * time.Second}, nil, "conc:3/30s"},
-		{throttle.Concurrency{Limit: 1, Lease: time.Minute}, nil, "conc:1/1m0s"},
-		{throttle.Concurrency{Limit: 3, Lease: 30 * time.Second}, []throttle.Option{throttle.WithName("pool")}, "pool"},
-	} {
-		t.Run(tc.want, func(t *testing.T) {
-			rec := &recorder{}
-			opts := append([]throttle.Option{throttle.WithPrefix(tg.Prefix), throttle.WithObserver(rec)}, tc.opts...)
-			c, err := throttle.NewConcurrencyLimiter(tg.Client, tc.policy, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.Name(); got != tc.want {
-				t.Errorf("Name() = %q, want %q", got, tc.want)
-			}
-			lease, _, err := c.Acquire(ctx, "k")
-			if err != nil || lease == nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			defer lease.Release(ctx)
-			if d := lastDecision(t, rec); d.Limiter != c.Name() {
-				t.Errorf("decision's limiter %q, Name() %q", d.Limiter, c.Name())
-			}
-		})
+	rec := &recorder{}
+	c, err := throttle.NewConcurrencyLimiter(tg.Client, "pool", throttle.Concurrency{Limit: 3, Lease: 30 * time.Second},
+		throttle.WithPrefix(tg.Prefix), throttle.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Name(); got != "pool" {
+		t.Errorf("Name() = %q, want %q", got, "pool")
+	}
+	lease, _, err := c.Acquire(ctx, "k")
+	if err != nil || lease == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer lease.Release(ctx)
+	if d := lastDecision(t, rec); d.Limiter != "pool" || d.Policy != "conc:3/30s" {
+		t.Errorf("decision's limiter %q, policy %q; want pool, conc:3/30s", d.Limiter, d.Policy)
 	}
 }
 
@@ -303,13 +282,12 @@ func TestObserversGivenMoreThanOnce(t *testing.T) {
 			for range n {
 				opts = append(opts, throttle.WithObserver(orderObserver(log, log.Add())))
 			}
-			l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1},
-				append([]throttle.Option{throttle.WithName(fmt.Sprintf("limiter-%d", n))}, opts...)...)
+			l := newNamedLimiter(t, tg, fmt.Sprintf("limiter-%d", n), throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, opts...)
 			allowN(t, l, "a", 1)
 			allowN(t, l, "a", 1)
 			peek(t, l, "b")
-			conc, err := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute},
-				append([]throttle.Option{throttle.WithPrefix(tg.Prefix), throttle.WithName(fmt.Sprintf("pool-%d", n))}, opts...)...)
+			conc, err := throttle.NewConcurrencyLimiter(tg.Client, fmt.Sprintf("pool-%d", n), throttle.Concurrency{Limit: 1, Lease: time.Minute},
+				append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,7 +22,7 @@ import (
 //	"kind"      the algorithm of the limiters that read it, such as "gcra"
 //
 // Policies are stored in the short form ParsePolicy reads. Every Limiter
-// created with WithName reads its hash when it starts and again at most
+// created with WithLivePolicies reads its hash when it starts and again at most
 // liveStale later, in the background while decisions flow (see live.go):
 // no decision waits for it unless the limiter was idle. A stored policy
 // overrides the one in code; the one in code applies when nothing is
@@ -37,7 +37,7 @@ const (
 )
 
 // PolicyStore sets, reads and removes the policies stored for named
-// limiters (see [WithName]): what throttlectl's set, get and unset do. It
+// limiters (see [WithLivePolicies]): what throttlectl's set, get and unset do. It
 // is safe for concurrent use; the zero value is not usable: call
 // [NewPolicyStore].
 type PolicyStore struct {

@@ -42,7 +42,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		{throttle.SlidingLog{Limit: 2_000_000, Window: time.Minute}, "SlidingLog.Limit must be at most 10000"},
 		{throttle.SlidingLog{Limit: 10_001, Window: time.Minute}, "use SlidingWindow or GCRA"},
 	} {
-		_, err := throttle.New(tg.Client, tc.policy)
+		_, err := throttle.New(tg.Client, "limiter", tc.policy)
 		if !errors.Is(err, throttle.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("New(%#v) = %v; want ErrInvalidPolicy saying %q", tc.policy, err, tc.says)
 		}
@@ -55,16 +55,16 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 func TestNewRejectsBadOptions(t *testing.T) {
 	tg := redistest.Embedded(t)
 	p := throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}
-	if _, err := throttle.New(nil, p); !errors.Is(err, throttle.ErrInvalidOption) {
+	if _, err := throttle.New(nil, "limiter", p); !errors.Is(err, throttle.ErrInvalidOption) {
 		t.Errorf("nil client: %v", err)
 	}
 	// A nil *redis.Client or *redis.ClusterClient in the interface is nil
 	// too: an error, not a panic on first use.
 	for _, client := range []redis.UniversalClient{(*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
-		if _, err := throttle.New(client, p); !errors.Is(err, throttle.ErrInvalidOption) {
+		if _, err := throttle.New(client, "limiter", p); !errors.Is(err, throttle.ErrInvalidOption) {
 			t.Errorf("New(%T(nil)): %v; want ErrInvalidOption", client, err)
 		}
-		if _, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 1, Lease: time.Second}); !errors.Is(err, throttle.ErrInvalidOption) {
+		if _, err := throttle.NewConcurrencyLimiter(client, "limiter", throttle.Concurrency{Limit: 1, Lease: time.Second}); !errors.Is(err, throttle.ErrInvalidOption) {
 			t.Errorf("NewConcurrencyLimiter(%T(nil)): %v; want ErrInvalidOption", client, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		throttle.WithTimeout(-time.Second),
 		throttle.WithFailurePolicy(throttle.FailurePolicy(7)),
 	} {
-		if _, err := throttle.New(tg.Client, p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
+		if _, err := throttle.New(tg.Client, "limiter", p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
 			t.Errorf("option %v: %v; want ErrInvalidOption", opt, err)
 		}
 	}
@@ -92,7 +92,7 @@ func TestValidPoliciesAtTheEdges(t *testing.T) {
 		throttle.GCRA{Rate: throttle.PerHour(1_000_000), Burst: 1_000_000},
 		throttle.LeakyBucket{Rate: throttle.Rate{N: 3, Per: 10 * 365 * 24 * time.Hour}, Capacity: 3},
 	} {
-		l, err := throttle.New(tg.Client, p, throttle.WithPrefix(tg.Prefix))
+		l, err := throttle.New(tg.Client, "l", p, throttle.WithPrefix(tg.Prefix))
 		if err != nil {
 			t.Errorf("New(%#v): %v", p, err)
 			continue

@@ -142,7 +142,7 @@ func runBacklog(b *testing.B, policy throttle.Policy, rate float64, forwarder ti
 	counter := &roundTrips{}
 	limiterClient := tg.NewClient(b)
 	limiterClient.AddHook(counter)
-	limiter, err := throttle.New(limiterClient, policy, throttle.WithPrefix(tg.Prefix))
+	limiter, err := throttle.New(limiterClient, "limiter", policy, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func runCapped(tb testing.TB, tg *redistest.Target, tasks, limit, servers int, w
 	counter := &roundTrips{}
 	client := tg.NewClient(tb)
 	client.AddHook(counter)
-	capLimiter, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: limit, Lease: 10 * time.Second}, throttle.WithPrefix(tg.Prefix))
+	capLimiter, err := throttle.NewConcurrencyLimiter(client, "capLimiter", throttle.Concurrency{Limit: limit, Lease: 10 * time.Second}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		tb.Fatal(err)
 	}

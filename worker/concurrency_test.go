@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // two servers of 10 workers: the handler never sees more than 3 running.
 func TestConcurrencyCapAcrossServers(t *testing.T) {
 	tg := redistest.New(t)
-	limiter, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), throttle.Concurrency{Limit: 3, Lease: 5 * time.Second}, throttle.WithPrefix(tg.Prefix))
+	limiter, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), "limiter", throttle.Concurrency{Limit: 3, Lease: 5 * time.Second}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 func TestKilledServerFreesItsSlot(t *testing.T) {
 	tg := redistest.New(t)
 	policy := throttle.Concurrency{Limit: 1, Lease: 2 * time.Second}
-	limiter, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), policy, throttle.WithPrefix(tg.Prefix))
+	limiter, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), "limiter", policy, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func runChildServer() {
 	}
 	prefix := os.Getenv("JT_CHILD_PREFIX")
 	lease, _ := time.ParseDuration(os.Getenv("JT_CHILD_LEASE"))
-	limiter, err := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 1, Lease: lease}, throttle.WithPrefix(prefix))
+	limiter, err := throttle.NewConcurrencyLimiter(rdb, "limiter", throttle.Concurrency{Limit: 1, Lease: lease}, throttle.WithPrefix(prefix))
 	if err != nil {
 		panic(err)
 	}

@@ -37,9 +37,10 @@
 //     no closer to the tasks before it than the rate allows.
 //   - Under several TokenBucket or GCRA rules (per tenant and overall, say),
 //     or one that shares its limit fairly ([FairBy]), or one whose limiter
-//     is named (its policy may change while tasks wait: throttle.WithName),
+//     applies live policies (its policy may change while tasks wait:
+//     throttle.WithLivePolicies),
 //     the task waits in the waiting room of one of them: the FairBy rule,
-//     the named one, or else the second matching one (typically the overall
+//     else the live one, or else the second matching one (typically the overall
 //     rule). Waiters are let out at the policy in force when their turn
 //     comes, so a limit raised live speeds up the backlog already waiting. The dispatcher lets waiters
 //     out one by one as that rule's rate allows, in fair order between

@@ -17,7 +17,13 @@ import (
 // rateLimiter returns a Limiter of p on the target, under its prefix.
 func rateLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
 	t.Helper()
-	l, err := throttle.New(tg.Client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	return namedRateLimiter(t, tg, fmt.Sprint(p), p, opts...)
+}
+
+// namedRateLimiter is rateLimiter of the limiter called name.
+func namedRateLimiter(t testing.TB, tg *redistest.Target, name string, p throttle.Policy, opts ...throttle.Option) *throttle.Limiter {
+	t.Helper()
+	l, err := throttle.New(tg.Client, name, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +34,13 @@ func rateLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy, opts ...
 // prefix.
 func concLimiter(t testing.TB, tg *redistest.Target, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
 	t.Helper()
-	c, err := throttle.NewConcurrencyLimiter(tg.Client, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
+	return namedConcLimiter(t, tg, fmt.Sprintf("conc-%d", p.Limit), p, opts...)
+}
+
+// namedConcLimiter is concLimiter of the limiter called name.
+func namedConcLimiter(t testing.TB, tg *redistest.Target, name string, p throttle.Concurrency, opts ...throttle.Option) *throttle.ConcurrencyLimiter {
+	t.Helper()
+	c, err := throttle.NewConcurrencyLimiter(tg.Client, name, p, append([]throttle.Option{throttle.WithPrefix(tg.Prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +64,7 @@ func runTasks(t testing.TB, th *worker.Throttler, n int) []error {
 }
 
 // TestEventsNameTheRulesLimiter: every event with a rule names that rule's
-// limiter (its Name: the WithName name, else the policy's), whether the
+// limiter (its Name), whether the
 // task was sent back, waited inline or took a concurrency lease; events
 // without a rule name none.
 func TestEventsNameTheRulesLimiter(t *testing.T) {
@@ -65,7 +77,7 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 		want  []string // "kind rule" of events that must be among those seen
 	}{
 		{"rescheduled by a named rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
 			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"rescheduled by an unnamed rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
@@ -73,12 +85,12 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"waited inline for a meter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := rateLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1}, throttle.WithName("meter"))
+			l := namedRateLimiter(t, tg, "meter", throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1})
 			return []worker.Rule{worker.Rate("paced", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"paced": l.Name()},
 				[]worker.Option{worker.WithInlineWait(time.Second)}
 		}, 2, []string{"admitted ", "waited_inline paced"}},
 		{"lease of a named concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
+			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 1, Lease: time.Minute})
 			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType()))}, map[string]string{"capped": c.Name()}, nil
 		}, 1, []string{"lease_taken capped", "lease_released capped"}},
 		{"lease of an unnamed concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
@@ -86,7 +98,7 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 			return []worker.Rule{worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType()))}, map[string]string{"capped": c.Name()}, nil
 		}, 1, []string{"lease_taken capped", "lease_released capped"}},
 		{"rescheduled by a full concurrency cap", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			c := concLimiter(t, tg, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithName("pool"))
+			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 1, Lease: time.Minute})
 			lease, _, err := c.Acquire(context.Background(), "job") // the slot the task's key needs
 			if err != nil || lease == nil {
 				t.Fatalf("Acquire: %v", err)
@@ -96,8 +108,8 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 				[]worker.Option{worker.WithInlineWait(0)}
 		}, 1, []string{"rescheduled capped"}},
 		{"a rate rule and a concurrency rule", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
-			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 2, Lease: time.Minute})
 			return []worker.Rule{
 					worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType())),
 					worker.Concurrency("capped", worker.AnyTask(), c, worker.KeyBy(worker.ByType())),
@@ -148,8 +160,8 @@ func TestWorkerObserversGivenMoreThanOnce(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d observers", n), func(t *testing.T) {
 			tg := redistest.New(t)
-			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithName("partner-api"))
-			c := concLimiter(t, tg, throttle.Concurrency{Limit: 2, Lease: time.Minute}, throttle.WithName("pool"))
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 2, Lease: time.Minute})
 			log := &observetest.Log[worker.Event]{}
 			var opts []worker.Option
 			for range n {

@@ -25,7 +25,7 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 
-	perTenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	perTenant, err := throttle.New(rdb, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -74,7 +74,7 @@ func Example() {
 // and an export task costs as many units as the pages it asks for.
 func ExampleCost() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	bulk, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerMinute(100), Burst: 20}, throttle.WithName("bulk"))
+	bulk, err := throttle.New(rdb, "bulk-email", throttle.GCRA{Rate: throttle.PerMinute(100), Burst: 20})
 	if err != nil {
 		fmt.Println(err)
 		return

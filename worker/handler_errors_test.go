@@ -118,7 +118,7 @@ func TestHandlersThrottledErrorOnRealServers(t *testing.T) {
 // as throttled, not failed, and runs again to its end.
 func TestLostLeaseStopsTheHandler(t *testing.T) {
 	tg := redistest.New(t)
-	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), throttle.Concurrency{Limit: 1, Lease: 600 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
+	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), "conc", throttle.Concurrency{Limit: 1, Lease: 600 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestLostLeaseStopsTheHandler(t *testing.T) {
 // the lease (a minute) runs out.
 func TestLeasesOutliveAPanickingHandler(t *testing.T) {
 	tg := redistest.New(t)
-	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), "conc", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

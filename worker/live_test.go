@@ -25,8 +25,8 @@ func TestLivePolicyChangesTheFleetsRate(t *testing.T) {
 	const follow = time.Second // the promise: applied within a second
 	tg := redistest.New(t)
 	ctx := context.Background()
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
-		throttle.WithPrefix(tg.Prefix), throttle.WithName("partner-api"))
+	limiter, err := throttle.New(tg.NewClient(t), "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
+		throttle.WithPrefix(tg.Prefix), throttle.WithLivePolicies())
 	if err != nil {
 		t.Fatal(err)
 	}

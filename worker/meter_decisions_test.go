@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -15,11 +16,16 @@ import (
 // metrics Collector, a dashboard Publisher): admitted when the task may
 // start, throttled when it is sent back.
 func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
-	for _, p := range []throttle.Policy{
-		throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2},
-		throttle.TokenBucket{Rate: throttle.PerHour(1), Burst: 2},
+	for _, tc := range []struct {
+		p    throttle.Policy
+		live bool // tasks wait in its room, not by booking
+	}{
+		{throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2}, false},
+		{throttle.TokenBucket{Rate: throttle.PerHour(1), Burst: 2}, false},
+		{throttle.GCRA{Rate: throttle.PerHour(1), Burst: 2}, true},
 	} {
-		t.Run(p.String(), func(t *testing.T) {
+		p := tc.p
+		t.Run(fmt.Sprintf("%s, live %v", p, tc.live), func(t *testing.T) {
 			tg := redistest.New(t)
 			var mu sync.Mutex
 			count := map[throttle.Outcome]int{}
@@ -38,7 +44,11 @@ func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
 					slots = append(slots, d.Slot)
 				}
 			})
-			l := rateLimiter(t, tg, p, throttle.WithName("partner-api"), throttle.WithObserver(obs))
+			opts := []throttle.Option{throttle.WithObserver(obs)}
+			if tc.live {
+				opts = append(opts, throttle.WithLivePolicies())
+			}
+			l := namedRateLimiter(t, tg, "partner-api", p, opts...)
 			th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("partner", worker.AnyTask(), l, worker.KeyBy(worker.Constant("all")))},
 				worker.WithPrefix(tg.Prefix), worker.WithInlineWait(0))
 			if err != nil {

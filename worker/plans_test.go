@@ -29,7 +29,7 @@ func TestPlansAndCostsOnOneRule(t *testing.T) {
 		}
 		return nil
 	})
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 2}, throttle.WithPrefix(tg.Prefix), plan)
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 2}, throttle.WithPrefix(tg.Prefix), plan)
 	if err != nil {
 		t.Fatal(err)
 	}

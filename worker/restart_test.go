@@ -28,7 +28,7 @@ import (
 func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1},
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1},
 		throttle.WithPrefix(tg.Prefix), throttle.WithTimeout(time.Second), throttle.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
-	limiter, err := throttle.New(tg.NewClient(t), throttle.FixedWindow{Limit: 5, Window: 2 * time.Second},
+	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.FixedWindow{Limit: 5, Window: 2 * time.Second},
 		throttle.WithPrefix(tg.Prefix), throttle.WithTimeout(300*time.Millisecond), throttle.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -188,15 +188,15 @@ func TestNothingIsLostInRoomsAndLines(t *testing.T) {
 	tg := srv.Target(t)
 	client := tg.NewClient(t)
 	opts := []throttle.Option{throttle.WithPrefix(tg.Prefix), throttle.WithTimeout(time.Second), throttle.WithLogger(nil)}
-	perTenant, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
+	perTenant, err := throttle.New(client, "perTenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overall, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(15), Burst: 1}, opts...)
+	overall, err := throttle.New(client, "overall", throttle.GCRA{Rate: throttle.PerSecond(15), Burst: 1}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	capped, err := throttle.NewConcurrencyLimiter(client, throttle.Concurrency{Limit: 2, Lease: 5 * time.Second}, opts...)
+	capped, err := throttle.NewConcurrencyLimiter(client, "capped", throttle.Concurrency{Limit: 2, Lease: 5 * time.Second}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestNothingIsLostInRoomsAndLines(t *testing.T) {
 	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Concurrency("cap", worker.Type("partner:sync"), capped, worker.KeyBy(worker.Constant("all"))),
-		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, tenant, worker.KeyBy(worker.ByType())),
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, tenant),
 		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))),
 	}, worker.WithObserver(&seen), worker.WithLogger(nil))
 	var log asynqtest.RunLog

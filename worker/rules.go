@@ -34,8 +34,8 @@ type Rule struct {
 // inline wait books its slot for later (up to [BookAhead]) and is brought
 // back to the head of its queue at it: rescheduled tasks return one by one
 // at the rate. A task under several such rules, or under one with
-// [FairBy], or under one whose limiter is named (throttle.WithName: its
-// policy may change while tasks wait), waits for its turn in the waiting
+// [FairBy], or under one whose limiter applies live policies
+// (throttle.WithLivePolicies: its policy may change while tasks wait), waits for its turn in the waiting
 // room of one of them instead, released at the policy in force (see the
 // package documentation). With the other policies a throttled
 // task returns after the limiter's RetryAfter, spread by a random jitter

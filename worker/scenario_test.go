@@ -241,7 +241,7 @@ func (o *outcome) report(tb testing.TB, name string) {
 // gcra returns a GCRA limiter of n per second, burst 1, on client.
 func gcra(tb testing.TB, client redis.UniversalClient, prefix string, n int) *throttle.Limiter {
 	tb.Helper()
-	l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(n), Burst: 1}, throttle.WithPrefix(prefix))
+	l, err := throttle.New(client, "l", throttle.GCRA{Rate: throttle.PerSecond(n), Burst: 1}, throttle.WithPrefix(prefix))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -434,8 +434,8 @@ func TestSharesGoToTenantsWithRoom(t *testing.T) {
 func TestWeightsHoldWhateverIsNamed(t *testing.T) {
 	tg := redistest.New(t)
 	rules := func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
-		perTenant, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
-			throttle.WithPrefix(prefix), throttle.WithName("per-tenant"))
+		perTenant, err := throttle.New(client, "per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
+			throttle.WithPrefix(prefix))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -19,7 +19,7 @@ func TestSettleWaitsForRedis(t *testing.T) {
 	for _, settle := range []bool{true, false} {
 		srv := redistest.StartServer(t, redistest.ServerOptions{})
 		tg := srv.Target(t)
-		limiter, err := throttle.New(tg.NewClient(t), throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 10},
+		limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 10},
 			throttle.WithPrefix(tg.Prefix), throttle.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)

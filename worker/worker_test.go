@@ -16,9 +16,9 @@ import (
 
 func TestNewRejectsBadRules(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
-	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 1, Window: time.Second})
-	capped, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Second})
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	window, _ := throttle.New(tg.Client, "window", throttle.FixedWindow{Limit: 1, Window: time.Second})
+	capped, _ := throttle.NewConcurrencyLimiter(tg.Client, "capped", throttle.Concurrency{Limit: 1, Lease: time.Second})
 	good := worker.Rate("ok", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))
 	fair := func(name string, m worker.Matcher) worker.Rule {
 		return worker.Rate(name, m, limiter, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByType()))
@@ -87,7 +87,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 
 func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	th, err := worker.New(tg.Client, []worker.Rule{worker.Rate("r", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))})
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +124,9 @@ func TestConfigureWrapsTheUsersFunctions(t *testing.T) {
 func TestARejectionGivesBackWhatOtherRulesTook(t *testing.T) {
 	tg := redistest.Embedded(t)
 	ctx := context.Background()
-	window, _ := throttle.New(tg.Client, throttle.FixedWindow{Limit: 5, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
-	meter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	conc, _ := throttle.NewConcurrencyLimiter(tg.Client, throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+	window, _ := throttle.New(tg.Client, "window", throttle.FixedWindow{Limit: 5, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	meter, _ := throttle.New(tg.Client, "meter", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	conc, _ := throttle.NewConcurrencyLimiter(tg.Client, "conc", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
 	var seen asynqtest.Events
 	th, err := worker.New(tg.Client, []worker.Rule{
 		worker.Rate("window", worker.AnyTask(), window, worker.KeyBy(worker.Constant("w"))),
@@ -190,7 +190,7 @@ func TestKeyFunctions(t *testing.T) {
 
 func TestAKeylessTaskFailsWithoutRetries(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 	th, _ := worker.New(tg.Client, []worker.Rule{worker.Rate("tenant", worker.AnyTask(), limiter, worker.KeyBy(worker.ByPayloadField("tenant")))})
 	err := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).ProcessTask(context.Background(), asynq.NewTask("x", []byte(`{}`)))
 	if !errors.Is(err, worker.ErrNoKey) || !errors.Is(err, asynq.SkipRetry) {
@@ -227,18 +227,18 @@ func TestMatchers(t *testing.T) {
 func TestBookLeavesSharedTurnsToTheRoom(t *testing.T) {
 	tg := redistest.New(t)
 	opts := []throttle.Option{throttle.WithPrefix(tg.Prefix)}
-	perTenant, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
+	perTenant, err := throttle.New(tg.Client, "perTenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overall, err := throttle.New(tg.Client, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, opts...)
+	overall, err := throttle.New(tg.Client, "overall", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tenant := worker.KeyBy(worker.ByPayloadField("tenant"))
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-		worker.Rate("tenant", worker.Type("paced"), perTenant, tenant, worker.KeyBy(worker.ByType())),
-		worker.Rate("tenant-shared", worker.Type("shared"), perTenant, tenant, worker.KeyBy(worker.ByType())),
+		worker.Rate("tenant", worker.Type("paced"), perTenant, tenant),
+		worker.Rate("tenant-shared", worker.Type("shared"), perTenant, tenant),
 		worker.Rate("overall", worker.Type("shared"), overall, worker.KeyBy(worker.Constant("all"))),
 	})
 	ctx := context.Background()

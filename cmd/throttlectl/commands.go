@@ -3,10 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,12 +72,12 @@ func (a *app) open(args []string) (target, *limiter, redis.UniversalClient, erro
 	if err != nil {
 		return target{}, nil, nil, err
 	}
-	if t.policy.name != "" && t.policy.rate == nil {
+	if !t.policy.known() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-		t.policy.rate, err = storedPolicy(ctx, client, a.prefix, t.policy.name, t.caller)
+		t.policy, err = a.lookUpPolicy(ctx, client, t.policy.name, t.caller, nil)
 		cancel()
-		if err == nil && t.policy.rate == nil {
-			err = usagef("%s: no policy is stored for the limiter %q: give the one in code with --policy", a.command.name, t.policy.name)
+		if err == nil && !t.policy.known() {
+			err = usagef("%s: no limiter called %q has decided under the prefix %q (none is in its registry of names, no policy is stored for it): check the name and --prefix, or give the policy with --policy", a.command.name, t.policy.name, a.prefix)
 		}
 		if err != nil {
 			_ = client.Close()
@@ -194,7 +196,7 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map
 				return found{}, err
 			}
 			var l *limiter
-			if p.rate != nil || p.name == "" {
+			if p.known() {
 				if l, err = newLimiter(client, a.prefix, p); err != nil {
 					return found{}, err
 				}
@@ -210,27 +212,45 @@ func (a *app) limitersOf(client redis.UniversalClient, keys []string, inCode map
 	return f, nil
 }
 
-// policyOf returns the policy of a scanned key's limiter: the one in the
-// key, or for a named limiter the one stored for it, else the one inCode
-// gives for its name; a named policy without rate when neither does.
+// policyOf returns the policy of a scanned key's limiter (see
+// lookUpPolicy); one not known when nothing says it.
 func (a *app) policyOf(client redis.UniversalClient, info keyInfo, inCode map[string]string) (policy, error) {
-	if info.Name == "" {
-		return parsePolicy(info.Policy)
-	}
-	p := policy{name: info.Name}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	stored, err := storedPolicy(ctx, client, a.prefix, info.Name, "")
+	return a.lookUpPolicy(ctx, client, info.Name, "", inCode)
+}
+
+// lookUpPolicy returns the policy in force for the limiter called name and
+// caller ("" for the limiter's own): the one stored for it (throttlectl
+// set), else the one its processes recorded in the registry of names (the
+// policy in code), else the one inCode (--config) gives; a policy not
+// known, with its name only, when none does.
+func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, name, caller string, inCode map[string]string) (policy, error) {
+	p := policy{name: name}
+	stored, err := storedPolicy(ctx, client, a.prefix, name, caller)
 	if err != nil {
 		return policy{}, err
 	}
-	p.rate = stored
-	if p.rate == nil && inCode[info.Name] != "" {
-		rate, err := parseRatePolicy(inCode[info.Name])
-		if err != nil {
-			return policy{}, usagef("--config, limiter %q: %v", info.Name, err)
+	if stored != nil {
+		p.rate = stored
+		return p, nil
+	}
+	form, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
+	switch {
+	case err == nil:
+		if p, err = parsePolicy(form); err != nil {
+			return policy{}, fmt.Errorf("the registry of names holds %q for the limiter %q: %w", form, name, err)
 		}
-		p.rate = rate
+		p.name = name
+		return p, nil
+	case !errors.Is(err, redis.Nil):
+		return policy{}, err
+	}
+	if inCode[name] != "" {
+		if p, err = parsePolicy(inCode[name]); err != nil {
+			return policy{}, usagef("--config, limiter %q: %v", name, err)
+		}
+		p.name = name
 	}
 	return p, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +21,7 @@ import (
 func seed(t *testing.T, client redis.UniversalClient, caller string) string {
 	t.Helper()
 	prefix := "jttest:" + strings.ReplaceAll(t.Name(), "/", ":") + ":" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	l, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, throttle.WithPrefix(prefix))
+	l, err := throttle.New(client, "gcra:10/1h:5", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, throttle.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func seed(t *testing.T, client redis.UniversalClient, caller string) string {
 // miniredis checks AUTH as Redis does, whatever the environment names.
 func TestThrottlectlRedisURL(t *testing.T) {
 	t.Parallel()
-	peek := []string{"peek", "--policy", "gcra:10/1h:5", "tenant-1"}
+	peek := []string{"peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5", "tenant-1"}
 	t.Run("password", func(t *testing.T) {
 		m := miniredis.RunT(t)
 		prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr()}), "tenant-1")
@@ -61,7 +62,7 @@ func TestThrottlectlRedisURL(t *testing.T) {
 			t.Errorf("peek in database 3: %v", r)
 		}
 		r = runBinary(t, append([]string{"--redis", "redis://ops:pw@" + m.Addr() + "/0", "--prefix", prefix}, peek...)...)
-		fails(t, r, exitFailure, `no state for gcra:10/1h:5 key "tenant-1"`)
+		fails(t, r, exitFailure, `no state for gcra:10/1h:5@gcra key "tenant-1"`)
 		r = runBinary(t, append([]string{"--redis", "redis://ops:nope@" + m.Addr() + "/3", "--prefix", prefix}, peek...)...)
 		fails(t, r, exitFailure, "refused the connection")
 	})
@@ -86,11 +87,11 @@ func TestThrottlectlRedisURLDatabase(t *testing.T) {
 		}
 	})
 	var got peekJSON
-	r := runBinary(t, "--json", "--redis", "redis://"+addr+"/2", "--prefix", prefix, "peek", "--policy", "gcra:10/1h:5", "tenant-1")
+	r := runBinary(t, "--json", "--redis", "redis://"+addr+"/2", "--prefix", prefix, "peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5", "tenant-1")
 	if r.code != 0 || decode(t, r, &got).Remaining != 4 {
 		t.Errorf("peek in database 2: %v", r)
 	}
-	r = runBinary(t, "--redis", "redis://"+addr+"/1", "--prefix", prefix, "peek", "--policy", "gcra:10/1h:5", "tenant-1")
+	r = runBinary(t, "--redis", "redis://"+addr+"/1", "--prefix", prefix, "peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5", "tenant-1")
 	fails(t, r, exitFailure, "no state for")
 }
 
@@ -101,7 +102,7 @@ func TestThrottlectlRedisEnv(t *testing.T) {
 	m := miniredis.RunT(t)
 	prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr(), DB: 1}), "tenant-1")
 	closed := "127.0.0.1:1"
-	args := []string{"--prefix", prefix, "--timeout", "2s", "peek", "--policy", "gcra:10/1h:5", "tenant-1"}
+	args := []string{"--prefix", prefix, "--timeout", "2s", "peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5", "tenant-1"}
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -142,4 +143,21 @@ func decode[T any](t *testing.T, r result, v *T) T {
 		t.Errorf("decoding %v: %v", r, err)
 	}
 	return *v
+}
+
+// TestThrottlectlRefusesAPlainConnectionToAClusterNode: --redis naming a
+// node of a Redis Cluster, without --cluster, is a usage error that names
+// the fix (a plain connection would list one node's keys only).
+func TestThrottlectlRefusesAPlainConnectionToAClusterNode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{Cluster: true})
+	if srv.Kind != "redis-server" {
+		t.Logf("no redis-server on this machine: a cluster node needs one (CI has it)")
+		return
+	}
+	fails(t, runBinary(t, "--redis", srv.Addr, "top"), exitUsage, "is a node of a Redis Cluster: give --cluster")
+	plain := redistest.StartServer(t, redistest.ServerOptions{})
+	if r := runBinary(t, "--redis", plain.Addr, "top"); r.code != 0 {
+		t.Errorf("top on a server that is not a Cluster node: %v", r)
+	}
 }

@@ -24,8 +24,8 @@ func TestThrottlectlBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed, silent := redistest.DeadAddr(t), redistest.SilentAddr(t)
-	hashed := c.tg.Prefix + "gcra:1/1h0m0s:1:{%#" + strings.Repeat("ab", 32) + "}"
-	peek := []string{"peek", "--policy", "gcra:1/1h:1"}
+	hashed := c.tg.Prefix + "gcra:1/1h:1@gcra:{%#" + strings.Repeat("ab", 32) + "}"
+	peek := []string{"peek", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1"}
 	unreachable := "cannot reach Redis at "
 	if c.tg.Kind == "cluster" {
 		unreachable = "cannot reach Redis Cluster at "
@@ -56,15 +56,15 @@ func TestThrottlectlBadInput(t *testing.T) {
 		{"nobody listening", append([]string{"--redis", closed}, append(peek, "tenant-1")...), exitFailure, unreachable + closed},
 		{"nobody answering", []string{"--redis", silent, "--timeout", "300ms", "top"}, exitFailure, unreachable + silent},
 		{"prefix with a brace", []string{"--prefix", "a{b", "top"}, exitUsage, "--prefix"},
-		{"malformed policy", []string{"peek", "--policy", "gcra:10/1s", "tenant-1"}, exitUsage, "--policy: throttle: invalid policy"},
-		{"invalid policy", []string{"peek", "--policy", "gcra:10/1s:0", "tenant-1"}, exitUsage, "Burst must be at least 1"},
-		{"unknown algorithm", []string{"reset", "--policy", "token-bucket:10/1s:1", "tenant-1"}, exitUsage, "unknown kind"},
+		{"malformed policy", []string{"peek", "--name", pol("gcra:10/1s"), "--policy", "gcra:10/1s", "tenant-1"}, exitUsage, "--policy: throttle: invalid policy"},
+		{"invalid policy", []string{"peek", "--name", pol("gcra:10/1s:0"), "--policy", "gcra:10/1s:0", "tenant-1"}, exitUsage, "Burst must be at least 1"},
+		{"unknown algorithm", []string{"reset", "--name", pol("token-bucket:10/1s:1"), "--policy", "token-bucket:10/1s:1", "tenant-1"}, exitUsage, "unknown kind"},
 		{"missing key", peek, exitUsage, "peek: missing KEY"},
-		{"missing key to reset", []string{"reset", "--policy", "gcra:1/1h:1"}, exitUsage, "reset: missing KEY"},
+		{"missing key to reset", []string{"reset", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1"}, exitUsage, "reset: missing KEY"},
 		{"empty key", append(peek, ""), exitUsage, "peek: empty KEY"},
 		{"two keys", append(peek, "tenant-1", "tenant-2"), exitUsage, "want one KEY, got 2"},
-		{"no policy", []string{"peek", "tenant-1"}, exitUsage, "name its limiter with --policy"},
-		{"policy and config", []string{"peek", "--policy", "gcra:1/1h:1", "--config", config, "--limiter", "tenant", "tenant-1"}, exitUsage, "not both"},
+		{"no policy", []string{"peek", "tenant-1"}, exitUsage, "name its limiter with --name"},
+		{"policy and config", []string{"peek", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1", "--config", config, "--limiter", "tenant", "tenant-1"}, exitUsage, "not both"},
 		{"limiter without config", []string{"peek", "--limiter", "tenant", "tenant-1"}, exitUsage, "--limiter needs --config"},
 		{"config without limiter", []string{"peek", "--config", config, "tenant-1"}, exitUsage, "--config needs --limiter"},
 		{"missing config", []string{"peek", "--config", filepath.Join(dir, "nope.json"), "--limiter", "tenant", "tenant-1"}, exitUsage, "no such file"},
@@ -72,9 +72,9 @@ func TestThrottlectlBadInput(t *testing.T) {
 		{"unknown limiter", []string{"peek", "--config", config, "--limiter", "exports", "tenant-1"}, exitUsage, `has no limiter "exports" (it has ["broken" "tenant"])`},
 		{"bad policy in config", []string{"peek", "--config", config, "--limiter", "broken", "tenant-1"}, exitUsage, `limiter "broken": throttle: invalid policy`},
 		{"hashed Redis key", []string{"peek", hashed}, exitUsage, "stored by its hash"},
-		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for gcra:1/1h:1 key "tenant-2"`},
-		{"no such key to reset", []string{"reset", "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for gcra:1/1h:1 key "tenant-2"`},
-		{"same key, other policy", []string{"peek", "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for gcra:2/1h:1 key "tenant-1"`},
+		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for gcra:1/1h:1@gcra key "tenant-2"`},
+		{"no such key to reset", []string{"reset", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for gcra:1/1h:1@gcra key "tenant-2"`},
+		{"same key, other policy", []string{"peek", "--name", pol("gcra:2/1h:1"), "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for gcra:2/1h:1@gcra key "tenant-1"`},
 		{"top with an argument", []string{"top", "tenant-1"}, exitUsage, "top: takes no arguments"},
 		{"negative limit", []string{"top", "--limit", "-1"}, exitUsage, "--limit must not be negative"},
 	} {

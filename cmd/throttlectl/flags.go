@@ -59,7 +59,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.policy, "policy", "", "the limiter's `policy`, as Policy.String prints it: gcra:10/1s:5 (or gcra:10/s:5), tb:10/1s:5, lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, quota:1000/day:UTC, conc:3/30s")
 	fs.StringVar(&p.config, "config", "", "JSON `file` mapping limiter names to policies, e.g. {\"tenant\": \"gcra:10/1s:5\"}")
 	fs.StringVar(&p.limiter, "limiter", "", "`name` of the limiter in --config")
-	fs.StringVar(&p.name, "name", "", "`name` of a named limiter (its WithName): its keys carry its name, and its policy is the one stored for it (throttlectl set), or --policy")
+	fs.StringVar(&p.name, "name", "", "`name` of the limiter (as given to throttle.New): its keys carry its name, and its policy is the one stored for it (throttlectl set), else the one its processes registered, else --policy")
 }
 
 // newFlagSet returns a flag set that reports nothing itself: throttlectl

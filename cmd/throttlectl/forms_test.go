@@ -104,7 +104,7 @@ func TestThrottlectlDocForms(t *testing.T) {
 	// pass once found it gone)
 	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 1}), "tenant-1", 1)
 	var got peekJSON
-	c.okJSON(&got, "peek", "--policy", "gcra:10/m:1", "tenant-1")
+	c.okJSON(&got, "peek", "--name", pol("gcra:10/m:1"), "--policy", "gcra:10/m:1", "tenant-1")
 	if got.Policy != "gcra:10/1m:1" || got.Rate != "10/1m" || math.Abs(got.RatePerSecond-10.0/60) > 1e-9 || got.Burst != 1 || got.Limit != 1 {
 		t.Errorf("peek --policy gcra:10/m:1: %+v", got)
 	}

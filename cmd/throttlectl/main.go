@@ -48,8 +48,11 @@
 // on every master of a Cluster, and lists the keys throttled now (nothing
 // admitted, or blocked), longest wait first; --all lists every key.
 //
-// A limiter created with WithName keeps its state under its name, and its
-// policy can be changed while it runs: set stores a policy for the name
+// Every limiter keeps its state under its name; peek and reset find its
+// policy in force where it is stored (set), else where its processes
+// recorded it (the registry of names), else in --policy or --config. A
+// limiter created with WithLivePolicies can have its policy changed while
+// it runs: set stores a policy for the name
 // (with --key, for one caller key), and every process applies it within a
 // second; unset removes it, and the policy in code applies again; get
 // shows what is stored. A policy that is invalid, or of another algorithm
@@ -188,9 +191,10 @@ seeds as ?addr=host:port.
 POLICY is written as Policy.String prints it: gcra:10/1s:5, tb:10/1s:5,
 lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, quota:1000/day:UTC, or conc:3/30s
 for a concurrency cap; a bare unit is one of it (gcra:10/s:5). A --config
-FILE maps names to policies: {"tenant": "gcra:10/1s:5"}; for top it gives the policy in code of named limiters with none stored.
-A named limiter (WithName) keeps its keys under its name: peek --name NAME
-KEY, with --policy when none is stored.
+FILE maps names to policies: {"tenant": "gcra:10/1s:5"}; for top it gives the policy in code of limiters that have none stored or registered.
+A limiter keeps its keys under its name: peek --name NAME KEY. Its policy
+is the one stored for it, else the one its processes registered, else
+--policy's.
 serve listens on loopback (127.0.0.1:8080) unless --addr names another
 address; with --actions the token is $THROTTLECTL_TOKEN, else a random one
 printed on stderr. It stops on Ctrl-C (SIGINT) or SIGTERM.

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
 )
 
 // binary is throttlectl, built once for all the tests: they run it as an
@@ -178,6 +180,7 @@ func fails(t *testing.T, r result, code int, says string) {
 // peekJSON is peek's --json output as a script would read it.
 type peekJSON struct {
 	Key      string `json:"key"`
+	Limiter  string `json:"limiter"`
 	RedisKey string `json:"redis_key"`
 	Policy   string `json:"policy"`
 	Kind     string `json:"kind"`
@@ -222,24 +225,86 @@ func (p peekJSON) checkDurations(t *testing.T) {
 	}
 }
 
-// limiter returns a Limiter for p under the target's prefix.
+// limiter returns a Limiter for p under the target's prefix, named after
+// its policy's short form (see pol).
 func (c *cli) limiter(p throttle.Policy) *throttle.Limiter {
 	c.t.Helper()
-	l, err := throttle.New(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+	return c.namedLimiter(p.String(), p)
+}
+
+// namedLimiter returns the Limiter called name, of p, under the target's
+// prefix.
+func (c *cli) namedLimiter(name string, p throttle.Policy) *throttle.Limiter {
+	c.t.Helper()
+	l, err := throttle.New(c.tg.Client, name, p, throttle.WithPrefix(c.tg.Prefix))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	return l
 }
 
-// concurrency returns a ConcurrencyLimiter for p under the target's prefix.
+// concurrency returns a ConcurrencyLimiter for p under the target's
+// prefix, named after its policy's short form (see pol).
 func (c *cli) concurrency(p throttle.Concurrency) *throttle.ConcurrencyLimiter {
 	c.t.Helper()
-	l, err := throttle.NewConcurrencyLimiter(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+	return c.namedConcurrency(concName(p), p)
+}
+
+// namedConcurrency returns the ConcurrencyLimiter called name, of p, under
+// the target's prefix.
+func (c *cli) namedConcurrency(name string, p throttle.Concurrency) *throttle.ConcurrencyLimiter {
+	c.t.Helper()
+	l, err := throttle.NewConcurrencyLimiter(c.tg.Client, name, p, throttle.WithPrefix(c.tg.Prefix))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	return l
+}
+
+// waitRegistered waits until n limiter names are in the registry of names
+// under the target's prefix: a limiter records its name in the
+// background after its first decision.
+func (c *cli) waitRegistered(n int64) {
+	c.t.Helper()
+	waitRegistered(c.t, c.tg.Client, c.tg.Prefix, n)
+}
+
+// waitRegistered waits until n limiter names are in the registry of names
+// under prefix.
+func waitRegistered(t *testing.T, client redis.UniversalClient, prefix string, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got, err := client.HLen(context.Background(), keyspace.Registry(prefix)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d limiter names registered under %q after 5s, want %d", got, prefix, n)
+		}
+	}
+}
+
+// concName names a test's concurrency limiter after its policy.
+func concName(p throttle.Concurrency) string { return fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease) }
+
+// pol returns the name the tests' limiters of the policy written form
+// have (c.limiter, c.concurrency), for --name; form itself when it is not
+// a policy (a test of bad input).
+func pol(form string) string {
+	var limit int
+	var lease string
+	if n, _ := fmt.Sscanf(form, "conc:%d/%s", &limit, &lease); n == 2 {
+		if d, err := time.ParseDuration(lease); err == nil {
+			return concName(throttle.Concurrency{Limit: limit, Lease: d})
+		}
+	}
+	if p, err := throttle.ParsePolicy(form); err == nil {
+		return p.String()
+	}
+	return form
 }
 
 // take admits n units of key, which must pass.

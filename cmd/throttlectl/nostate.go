@@ -46,11 +46,7 @@ func (e *noStateError) Unwrap() error { return e.lookup }
 // state under l, listing the limiters that hold state for caller under the
 // prefix: SCAN (never KEYS) on every master, matching caller's hash tag.
 func (a *app) errNoState(client redis.UniversalClient, l *limiter, caller string) error {
-	label := l.id
-	if l.rate != nil && l.name == "" {
-		label = l.spec.rate.String()
-	}
-	e := &noStateError{limiter: label, caller: caller, redisKey: l.key(caller), prefix: a.prefix}
+	e := &noStateError{limiter: l.id, caller: caller, redisKey: l.key(caller), prefix: a.prefix}
 	e.others, e.lookup = a.limitersHolding(client, l, caller)
 	return e
 }
@@ -87,16 +83,6 @@ func (a *app) limitersHolding(client redis.UniversalClient, l *limiter, caller s
 	return others, nil
 }
 
-// limiterLabel names a key's limiter as peek shows it: its policy as
-// Policy.String prints it ("gcra:10/1h:5", where the key has
-// "gcra:10/1h0m0s:5"), a concurrency cap as its keys do, a named limiter
-// as name@algorithm.
-func limiterLabel(info keyInfo) string {
-	if info.Name != "" || info.Concurrency() {
-		return limiterID(info)
-	}
-	if p, err := parseRatePolicy(info.Policy); err == nil {
-		return p.String()
-	}
-	return info.Policy
-}
+// limiterLabel names a key's limiter as peek shows it: name@algorithm, as
+// its keys do.
+func limiterLabel(info keyInfo) string { return limiterID(info) }

@@ -22,8 +22,8 @@ func TestThrottlectlNoStateListsOthers(t *testing.T) {
 	if err := blocked.BlockFor(ctx, "tenant-1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	named, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
-		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
+	named, err := throttle.New(c.tg.Client, "partner-api", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
+		throttle.WithPrefix(c.tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,19 +34,19 @@ func TestThrottlectlNoStateListsOthers(t *testing.T) {
 	take(t, c.limiter(throttle.TokenBucket{Rate: throttle.PerHour(3), Burst: 3}), "tenant-?", 1)
 	take(t, c.limiter(throttle.TokenBucket{Rate: throttle.PerHour(4), Burst: 4}), "x{tenant-1}", 1)
 
-	present := "state present under: conc:2/1h0m0s, fw:25/1m, gcra:10/1h:10, partner-api@gcra, sw:5/1h"
+	present := "state present under: conc:2/1h0m0s@conc, fw:25/1m@fw, gcra:10/1h:10@gcra, partner-api@gcra, sw:5/1h@sw"
 	for _, tc := range []struct {
 		name string
 		args []string
 		says string
 	}{
-		{"peek, other policy", []string{"peek", "--policy", "gcra:5/1s:5", "tenant-1"}, `no state for gcra:5/1s:5 key "tenant-1" (Redis key "` + c.tg.Prefix + `gcra:5/1s:5:{tenant-1}"); ` + present},
-		{"reset, other policy", []string{"reset", "--policy", "tb:5/s:5", "tenant-1"}, `no state for tb:5/1s:5 key "tenant-1"`},
-		{"reset lists too", []string{"reset", "--policy", "tb:5/s:5", "tenant-1"}, present},
+		{"peek, other policy", []string{"peek", "--name", pol("gcra:5/1s:5"), "--policy", "gcra:5/1s:5", "tenant-1"}, `no state for gcra:5/1s:5@gcra key "tenant-1" (Redis key "` + c.tg.Prefix + `gcra:5/1s:5@gcra:{tenant-1}"); ` + present},
+		{"reset, other policy", []string{"reset", "--name", pol("tb:5/s:5"), "--policy", "tb:5/s:5", "tenant-1"}, `no state for tb:5/1s:5@tb key "tenant-1"`},
+		{"reset lists too", []string{"reset", "--name", pol("tb:5/s:5"), "--policy", "tb:5/s:5", "tenant-1"}, present},
 		{"other name", []string{"peek", "--name", "exports", "--policy", "gcra:10/1h:10", "tenant-1"}, `no state for exports@gcra key "tenant-1"`},
 		{"other name lists", []string{"peek", "--name", "exports", "--policy", "gcra:10/1h:10", "tenant-1"}, present},
-		{"glob characters", []string{"peek", "--policy", "tb:3/1h:3", "tenant-*"}, `holds state for this key`},
-		{"nothing anywhere", []string{"peek", "--policy", "gcra:5/1s:5", "tenant-2"}, `no limiter under the prefix "` + c.tg.Prefix + `" holds state for this key`},
+		{"glob characters", []string{"peek", "--name", pol("tb:3/1h:3"), "--policy", "tb:3/1h:3", "tenant-*"}, `holds state for this key`},
+		{"nothing anywhere", []string{"peek", "--name", pol("gcra:5/1s:5"), "--policy", "gcra:5/1s:5", "tenant-2"}, `no limiter under the prefix "` + c.tg.Prefix + `" holds state for this key`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fails(t, c.run(tc.args...), exitFailure, tc.says)

@@ -17,9 +17,9 @@ import (
 type jsonState struct {
 	Key      string `json:"key"`
 	RedisKey string `json:"redis_key"`
-	Limiter  string `json:"limiter,omitempty"` // a named limiter's name
-	Policy   string `json:"policy"`            // the policy in force
-	Kind     string `json:"kind"`              // "rate" or "concurrency"
+	Limiter  string `json:"limiter"` // the limiter's name
+	Policy   string `json:"policy"`  // the policy in force
+	Kind     string `json:"kind"`    // "rate" or "concurrency"
 	// The policy's numbers; each is left out where the policy has none.
 	Rate          string  `json:"rate,omitempty"`            // "10/1s"; a window's "25/1m"; a quota's "1000/day"
 	RatePerSecond float64 `json:"rate_per_second,omitempty"` // the rate in units per second (on average, for a window)
@@ -97,13 +97,13 @@ func (a *app) writePeek(s state) error {
 	}
 	tw := newTable(a.stdout)
 	if s.concurrency {
-		row(tw, "KEY", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
-		row(tw, display(s.caller), policyCell(s), yesNo(s.allowed), fraction(s.holders(), s.limit),
+		row(tw, "KEY", "LIMITER", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+		row(tw, display(s.caller), display(s.name), s.policy, yesNo(s.allowed), fraction(s.holders(), s.limit),
 			strconv.Itoa(s.remaining), short(s.retryAfter), short(s.resetAfter))
 	} else {
 		headers, cells := s.limits.columns()
-		row(tw, "KEY", "POLICY", headers[0], headers[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-		row(tw, display(s.caller), policyCell(s), cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
+		row(tw, "KEY", "LIMITER", "POLICY", headers[0], headers[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+		row(tw, display(s.caller), display(s.name), s.policy, cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
 	}
 	return tw.Flush()
@@ -117,15 +117,15 @@ func (a *app) writeReset(before state) error {
 			jsonState
 		}{true, toJSON(before)})
 	}
-	_, err := fmt.Fprintf(a.stdout, "reset %s under %s (%s; Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
-		display(before.caller), policyCell(before), before.limits.describe(), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
+	_, err := fmt.Fprintf(a.stdout, "reset %s of the limiter %s, %s (%s; Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
+		display(before.caller), display(before.name), before.policy, before.limits.describe(), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
 	return err
 }
 
 // writeTop writes top's listing: a table, or a JSON array.
 func (a *app) writeTop(states []state, f found) error {
 	if f.unknown > 0 {
-		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys of named limiters have no stored policy and none in --config, and were not peeked\n", f.unknown)
+		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys of limiters whose policy is not known (none in the registry of names, none stored, none in --config) were not peeked\n", f.unknown)
 	}
 	if f.hashed > 0 {
 		fmt.Fprintf(a.stderr, "throttlectl: note: %d keys under the prefix store their caller key by hash (WithKeyHashing) and were not peeked\n", f.hashed)
@@ -142,24 +142,16 @@ func (a *app) writeTop(states []state, f found) error {
 		return err
 	}
 	tw := newTable(a.stdout)
-	row(tw, "KEY", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	row(tw, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
 	for _, s := range states {
 		blocked := short(s.blockedFor)
 		if s.concurrency {
 			blocked = "-"
 		}
-		row(tw, display(s.caller), policyCell(s), s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
+		row(tw, display(s.caller), display(s.name), s.policy, s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), blocked)
 	}
 	return tw.Flush()
-}
-
-// policyCell shows a key's policy, and its limiter's name when it has one.
-func policyCell(s state) string {
-	if s.name != "" {
-		return s.policy + " (" + s.name + ")"
-	}
-	return s.policy
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

@@ -56,7 +56,7 @@ func TestThrottlectlPeek(t *testing.T) {
 			l := c.limiter(tc.policy)
 			take(t, l, tc.caller, tc.take)
 			var got peekJSON
-			c.okJSON(&got, "peek", "--policy", tc.flag, tc.caller)
+			c.okJSON(&got, "peek", "--name", pol(tc.flag), "--policy", tc.flag, tc.caller)
 			throttled := tc.remaining == 0
 			if got.Key != tc.caller || got.RedisKey != l.Key(tc.caller) || got.Policy != tc.id || got.Kind != "rate" ||
 				got.Remaining != tc.remaining || got.Limit != tc.limit || got.Allowed == throttled || got.Throttled != throttled ||
@@ -72,11 +72,11 @@ func TestThrottlectlPeek(t *testing.T) {
 			}
 			got.checkDurations(t)
 
-			r := c.ok("peek", "--policy", tc.flag, tc.caller)
+			r := c.ok("peek", "--name", pol(tc.flag), "--policy", tc.flag, tc.caller)
 			columns := strings.Fields(tc.columns)
-			rows := checkTable(t, r.stdout, "KEY", "POLICY", columns[0], columns[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-			want := []string{tc.caller, tc.id, columns[2], columns[3], map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
-			if len(rows) != 2 || strings.Join(rows[1][:6], " ") != strings.Join(want, " ") || rows[1][8] != "0s" {
+			rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", columns[0], columns[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+			want := []string{tc.caller, l.Name(), tc.id, columns[2], columns[3], map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
+			if len(rows) != 2 || strings.Join(rows[1][:7], " ") != strings.Join(want, " ") || rows[1][9] != "0s" {
 				t.Errorf("peek table rows %q, want a row starting %q", rows, want)
 			}
 		})
@@ -93,20 +93,20 @@ func TestThrottlectlPeekConcurrency(t *testing.T) {
 	acquire(t, exports, "tenant-9")
 
 	var got peekJSON
-	c.okJSON(&got, "peek", "--policy", "conc:3/1h", "tenant-9")
+	c.okJSON(&got, "peek", "--name", pol("conc:3/1h"), "--policy", "conc:3/1h", "tenant-9")
 	if got.Kind != "concurrency" || got.Policy != "conc:3/1h0m0s" || got.Holders == nil || *got.Holders != 2 ||
 		got.peekLimits != (peekLimits{Lease: "1h0m0s", LeaseUS: time.Hour.Microseconds()}) ||
 		got.Remaining != 1 || got.Limit != 3 || !got.Allowed || got.Throttled || got.RedisKey != exports.Key("tenant-9") {
 		t.Errorf("peek --json: %+v", got)
 	}
-	r := c.ok("peek", "--policy", "conc:3/1h", "tenant-9")
-	rows := checkTable(t, r.stdout, "KEY", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
-	if want := "tenant-9 conc:3/1h0m0s yes 2/3 1 0s"; len(rows) != 2 || strings.Join(rows[1][:6], " ") != want {
+	r := c.ok("peek", "--name", pol("conc:3/1h"), "--policy", "conc:3/1h", "tenant-9")
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+	if want := "tenant-9 conc:3/1h0m0s conc:3/1h0m0s yes 2/3 1 0s"; len(rows) != 2 || strings.Join(rows[1][:7], " ") != want {
 		t.Errorf("peek table rows %q, want %q", rows, want)
 	}
 
 	acquire(t, exports, "tenant-9")
-	c.okJSON(&got, "peek", "--policy", "conc:3/1h", "tenant-9")
+	c.okJSON(&got, "peek", "--name", pol("conc:3/1h"), "--policy", "conc:3/1h", "tenant-9")
 	if *got.Holders != 3 || got.Remaining != 0 || got.Allowed || !got.Throttled || got.RetryAfterUS <= int64((59*time.Minute).Microseconds()) {
 		t.Errorf("peek --json of a full cap: %+v", got)
 	}
@@ -153,15 +153,15 @@ func TestThrottlectlReset(t *testing.T) {
 	exports := c.concurrency(throttle.Concurrency{Limit: 1, Lease: time.Hour})
 	acquire(t, exports, "tenant-3")
 
-	r := c.ok("reset", "--policy", "gcra:1/1h:1", "tenant{1}")
-	if !strings.HasPrefix(r.stdout, "reset tenant{1} under gcra:1/1h:1 (rate 1/1h, burst 1; ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
+	r := c.ok("reset", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1", "tenant{1}")
+	if !strings.HasPrefix(r.stdout, "reset tenant{1} of the limiter gcra:1/1h:1, gcra:1/1h:1 (rate 1/1h, burst 1; ") || !strings.Contains(r.stdout, "it had 0/1 remaining") {
 		t.Errorf("reset says %q", r.stdout)
 	}
 	var got struct {
 		Reset bool `json:"reset"`
 		peekJSON
 	}
-	c.okJSON(&got, "reset", "--policy", "sw:2/87600h", "tenant-2")
+	c.okJSON(&got, "reset", "--name", pol("sw:2/87600h"), "--policy", "sw:2/87600h", "tenant-2")
 	if !got.Reset || got.Key != "tenant-2" || !got.Throttled || got.BlockedForUS == 0 || got.RedisKey != window.Key("tenant-2") {
 		t.Errorf("reset --json: %+v", got)
 	}
@@ -175,7 +175,7 @@ func TestThrottlectlReset(t *testing.T) {
 		{"conc:1/1h", "tenant-3", exports.Key("tenant-3")},
 	} {
 		for _, command := range []string{"peek", "reset"} {
-			fails(t, c.run(command, "--policy", tc.policy, tc.caller), exitFailure, "key "+quote(tc.caller))
+			fails(t, c.run(command, "--name", pol(tc.policy), "--policy", tc.policy, tc.caller), exitFailure, "key "+quote(tc.caller))
 		}
 		if n, err := c.tg.Client.Exists(ctx, tc.redisKey, tc.redisKey+":block").Result(); err != nil || n != 0 {
 			t.Errorf("%s: %d keys left after reset, %v", tc.redisKey, n, err)
@@ -191,8 +191,8 @@ func TestThrottlectlConfig(t *testing.T) {
 	c := newCLI(t)
 	config := filepath.Join(t.TempDir(), "limits.json")
 	writeJSON(t, config, map[string]string{"tenant": "gcra:10/1h:5", "exports": "conc:2/1h", "nightly": "fw:50/87600h"})
-	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-42", 4)
-	acquire(t, c.concurrency(throttle.Concurrency{Limit: 2, Lease: time.Hour}), "tenant-42")
+	take(t, c.namedLimiter("tenant", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-42", 4)
+	acquire(t, c.namedConcurrency("exports", throttle.Concurrency{Limit: 2, Lease: time.Hour}), "tenant-42")
 
 	var got peekJSON
 	c.okJSON(&got, "peek", "--config", config, "--limiter", "tenant", "tenant-42")
@@ -204,8 +204,8 @@ func TestThrottlectlConfig(t *testing.T) {
 		t.Errorf("peek --limiter exports: %+v", got)
 	}
 	c.ok("reset", "--config", config, "--limiter", "tenant", "tenant-42")
-	fails(t, c.run("peek", "--config", config, "--limiter", "tenant", "tenant-42"), exitFailure, `no state for gcra:10/1h:5 key "tenant-42"`)
-	fails(t, c.run("peek", "--config", config, "--limiter", "nightly", "tenant-42"), exitFailure, "state present under: conc:2/1h0m0s")
+	fails(t, c.run("peek", "--config", config, "--limiter", "tenant", "tenant-42"), exitFailure, `no state for tenant@gcra key "tenant-42"`)
+	fails(t, c.run("peek", "--config", config, "--limiter", "nightly", "tenant-42"), exitFailure, "state present under: exports@conc")
 }
 
 // TestThrottlectlFlagsAnywhere: flags may follow the key, global flags may
@@ -218,11 +218,11 @@ func TestThrottlectlFlagsAnywhere(t *testing.T) {
 	global := c.global
 	c.global = nil
 	var got peekJSON
-	c.okJSON(&got, append(append([]string{"peek", "tenant-1"}, global...), "--policy", "gcra:10/1h:5")...)
+	c.okJSON(&got, append(append([]string{"peek", "tenant-1"}, global...), "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5")...)
 	if got.Key != "tenant-1" || got.Remaining != 3 {
 		t.Errorf("peek KEY --flags: %+v", got)
 	}
-	c.okJSON(&got, append(append([]string{"peek", "--policy", "gcra:10/1h:5"}, global...), "--", "-dash")...)
+	c.okJSON(&got, append(append([]string{"peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5"}, global...), "--", "-dash")...)
 	if got.Key != "-dash" || got.Remaining != 4 {
 		t.Errorf("peek -- -dash: %+v", got)
 	}

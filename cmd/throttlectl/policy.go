@@ -13,10 +13,13 @@ import (
 // rate policy, or a concurrency cap, which the library keeps as a type of
 // its own.
 type policy struct {
-	rate throttle.Policy      // nil for a concurrency cap, or a named limiter's stored policy
+	rate throttle.Policy      // nil for a concurrency cap, or before the policy is looked up
 	conc throttle.Concurrency // zero for a rate policy
-	name string               // a named limiter's name (WithName)
+	name string               // the limiter's name
 }
+
+// known reports whether the policy is known, not only the name.
+func (p policy) known() bool { return p.rate != nil || p.conc.Limit > 0 }
 
 // parsePolicy reads a policy in its short form ("gcra:10/1s:5",
 // "gcra:10/s:5", "conc:3/30s"; see forms.go).
@@ -49,34 +52,24 @@ func (a *app) resolveTarget(pf policyFlags, operand string) (target, error) {
 	case pf.policy != "" && (pf.config != "" || pf.limiter != ""):
 		return target{}, usagef("%s: give --policy, or --config with --limiter, not both", a.command.name)
 	case pf.policy != "":
-		p, err := parsePolicy(pf.policy)
-		if err != nil {
-			return target{}, usagef("--policy: %v", err)
-		}
-		return target{p, operand}, nil
+		return target{}, usagef("%s: --policy needs the limiter's name, --name NAME: a limiter's keys carry its name", a.command.name)
 	case pf.config != "" || pf.limiter != "":
 		p, err := policyFromConfig(pf.config, pf.limiter)
 		if err != nil {
 			return target{}, err
 		}
+		p.name = pf.limiter
 		return target{p, operand}, nil
 	}
 	info, err := parseKey(a.prefix, operand)
 	if err != nil {
-		return target{}, usagef("%s %q: name its limiter with --policy, or --config and --limiter; or give a limiter's Redis key under the prefix %q, as top lists it", a.command.name, operand, a.prefix)
+		return target{}, usagef("%s %q: name its limiter with --name (and --policy, if its processes have not registered it), or --config and --limiter; or give a limiter's Redis key under the prefix %q, as top lists it", a.command.name, operand, a.prefix)
 	}
 	if info.Hashed {
 		return target{}, usagef("%s %q: the caller key is stored by its hash (WithKeyHashing), which throttlectl cannot address", a.command.name, operand)
 	}
-	if info.Name != "" {
-		p, err := namedPolicy(info.Name, pf.policy)
-		return target{p, info.Caller}, err
-	}
-	p, err := parsePolicy(info.Policy)
-	if err != nil {
-		return target{}, usagef("%s %q: %v", a.command.name, operand, err)
-	}
-	return target{p, info.Caller}, nil
+	p, err := namedPolicy(info.Name, pf.policy)
+	return target{p, info.Caller}, err
 }
 
 // namedPolicy is the policy of the limiter named name: the one --policy
@@ -88,24 +81,15 @@ func namedPolicy(name, flag string) (policy, error) {
 		return p, nil
 	}
 	p, err := parsePolicy(flag)
-	switch {
-	case err != nil:
+	if err != nil {
 		return policy{}, usagef("--policy: %v", err)
-	case p.rate == nil:
-		return policy{}, usagef("--policy %s: a concurrency cap has no name in its keys; give --policy alone", flag)
 	}
 	p.name = name
 	return p, nil
 }
 
-// limiterID names a limiter as its keys do: its policy, or its name and
-// algorithm.
-func limiterID(info keyInfo) string {
-	if info.Name != "" {
-		return info.Name + "@" + info.Algorithm
-	}
-	return info.Policy
-}
+// limiterID names a limiter as its keys do: its name and algorithm.
+func limiterID(info keyInfo) string { return info.Name + "@" + info.Algorithm }
 
 // policyFromConfig reads the policy named limiter from the JSON file at
 // path, an object of names and policies:

@@ -6,14 +6,15 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
 
 // limiter is a rate limiter or a concurrency limiter, seen one way.
 type limiter struct {
-	id     string                       // the policy's short form, as in its keys, or name@algorithm
-	name   string                       // a named limiter's name
+	id     string                       // name@algorithm, as in its keys
+	name   string                       // the limiter's name
 	rate   *throttle.Limiter            // nil for a concurrency cap
 	conc   *throttle.ConcurrencyLimiter // nil for a rate policy
 	spec   policy                       // the policy it was made with
@@ -23,16 +24,14 @@ type limiter struct {
 // newLimiter returns the library's limiter for p under prefix. It logs
 // nothing: throttlectl reports failures itself.
 func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter, error) {
-	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler))}
+	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler)),
+		keyspace.Inspecting.(throttle.Option)}
 	l := &limiter{client: client, name: p.name, spec: p}
-	if p.name != "" {
-		opts = append(opts, throttle.WithName(p.name))
-	}
 	var err error
 	if p.rate != nil {
-		l.rate, err = throttle.New(client, p.rate, opts...)
+		l.rate, err = throttle.New(client, p.name, p.rate, opts...)
 	} else {
-		l.conc, err = throttle.NewConcurrencyLimiter(client, p.conc, opts...)
+		l.conc, err = throttle.NewConcurrencyLimiter(client, p.name, p.conc, opts...)
 	}
 	if err != nil {
 		return nil, usageError{err}
@@ -85,6 +84,7 @@ func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
 	var r throttle.Result
 	var err error
 	if l.conc != nil {
+		s.policy = fmt.Sprintf("conc:%d/%s", l.spec.conc.Limit, l.spec.conc.Lease)
 		s.limits = concurrencyLimits(l.spec.conc)
 		r, err = l.conc.Peek(ctx, caller)
 	} else {

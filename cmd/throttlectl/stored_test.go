@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -17,8 +18,8 @@ import (
 func TestSetGetUnset(t *testing.T) {
 	c := newCLI(t)
 	ctx := context.Background()
-	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
-		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
+	l, err := throttle.New(c.tg.Client, "partner-api", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
+		throttle.WithPrefix(c.tg.Prefix), throttle.WithLivePolicies())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +39,8 @@ func TestSetGetUnset(t *testing.T) {
 		t.Errorf("get --json = %+v", got)
 	}
 	// A process starting now reads the store before its first decision.
-	fresh, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
-		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("partner-api"))
+	fresh, err := throttle.New(c.tg.Client, "partner-api", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10},
+		throttle.WithPrefix(c.tg.Prefix), throttle.WithLivePolicies())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +80,14 @@ func TestSetGetUnset(t *testing.T) {
 	if after.Policy != "" || len(after.Keys) != 0 || after.Version != 4 {
 		t.Errorf("after unset, get --json = %+v", after)
 	}
-	// With nothing stored, peek needs the policy in code.
-	fails(t, c.run("peek", "--name", "partner-api", "tenant-1"), 2, "--policy")
+	// With nothing stored, peek finds the policy in code in the registry
+	// of names; not a name no limiter has used.
+	c.waitRegistered(1)
+	c.okJSON(&peeked, "peek", "--name", "partner-api", "tenant-1")
+	if peeked.Policy != "gcra:10/1h:10" || peeked.Limit != 10 {
+		t.Errorf("peek --name with nothing stored = %+v", peeked)
+	}
+	fails(t, c.run("peek", "--name", "partner-apj", "tenant-1"), 2, `no limiter called "partner-apj" has decided under the prefix`)
 	c.okJSON(&peeked, "peek", "--name", "partner-api", "--policy", "gcra:10/1h:10", "tenant-1")
 	if peeked.Policy != "gcra:10/1h:10" || peeked.Limit != 10 {
 		t.Errorf("peek --name --policy = %+v", peeked)
@@ -102,21 +109,32 @@ func TestSetGetUnset(t *testing.T) {
 func TestTopPeeksNamedLimiters(t *testing.T) {
 	c := newCLI(t)
 	ctx := context.Background()
-	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
-		throttle.WithPrefix(c.tg.Prefix), throttle.WithName("exports"))
+	l, err := throttle.New(c.tg.Client, "exports", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 1},
+		throttle.WithPrefix(c.tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Allow(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
+	// Known from the registry of names, where the limiter records its
+	// policy in code.
+	c.waitRegistered(1)
+	var listed []jsonState
+	c.okJSON(&listed, "top")
+	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
+		t.Errorf("top = %+v", listed)
+	}
+	// Known from --config only: nothing in the registry.
+	if err := c.tg.Client.Del(ctx, keyspace.Registry(c.tg.Prefix)).Err(); err != nil {
+		t.Fatal(err)
+	}
 	r := c.run("top")
-	if r.code != 0 || !strings.Contains(r.stderr, "no stored policy") {
+	if r.code != 0 || !strings.Contains(r.stderr, "whose policy is not known") {
 		t.Errorf("top with no policy known for the name: %v", r)
 	}
 	config := filepath.Join(t.TempDir(), "limits.json")
 	writeJSON(t, config, map[string]string{"exports": "gcra:1/1m:1"})
-	var listed []jsonState
 	c.okJSON(&listed, "top", "--config", config)
 	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
 		t.Errorf("top --config = %+v", listed)

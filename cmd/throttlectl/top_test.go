@@ -71,6 +71,7 @@ func newTopScene(t *testing.T, c *cli) topScene {
 	if n := len(c.tg.Keys(t)); n != 10 {
 		t.Fatalf("%d keys under the prefix, want 10 (8 states or blocks, 2 of others)", n)
 	}
+	c.waitRegistered(8) // top reads the policies there
 	return s
 }
 
@@ -106,19 +107,20 @@ func TestThrottlectlTop(t *testing.T) {
 	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
-	rows := checkTable(t, r.stdout, "KEY", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
 	if len(rows) != 6 {
 		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
 	}
 	for i, want := range scene.throttled {
-		if got := strings.Join(rows[i+1][:4], " "); got != want.key+" "+want.policy+" "+want.rateBurst {
-			t.Errorf("top row %d: %q, want %s %s %s", i+1, rows[i+1], want.key, want.policy, want.rateBurst)
+		got := strings.Join(append([]string{rows[i+1][0]}, rows[i+1][2:5]...), " ")
+		if got != want.key+" "+want.policy+" "+want.rateBurst || rows[i+1][1] != pol(want.policy) {
+			t.Errorf("top row %d: %q, want %s %s %s %s", i+1, rows[i+1], want.key, pol(want.policy), want.policy, want.rateBurst)
 		}
 	}
-	if blocked := rows[4][7]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
+	if blocked := rows[4][8]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
 		t.Errorf("top: tenant-d blocked for %q, want about 20m", blocked)
 	}
-	if rows[5][7] != "-" || rows[5][4] != "0/2" {
+	if rows[5][8] != "-" || rows[5][5] != "0/2" {
 		t.Errorf("top: concurrency row %q", rows[5])
 	}
 }
@@ -152,8 +154,9 @@ func TestThrottlectlTopEmpty(t *testing.T) {
 		t.Errorf("top --json on nothing: %q", r.stdout)
 	}
 	take(t, c.limiter(throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}), "tenant-1", 1)
+	c.waitRegistered(1)
 	r = c.ok("top")
-	if !strings.HasPrefix(r.stdout, "no key throttled now under the prefix ") || !strings.Contains(r.stdout, "(1 limiter keys of 1 keys scanned)") {
+	if !strings.HasPrefix(r.stdout, "no key throttled now under the prefix ") || !strings.Contains(r.stdout, "(1 limiter keys of 2 keys scanned)") {
 		t.Errorf("top on nothing throttled: %q", r.stdout)
 	}
 }
@@ -163,7 +166,7 @@ func TestThrottlectlTopEmpty(t *testing.T) {
 func TestThrottlectlTopHashedKeys(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	hashed := c.tg.Prefix + "gcra:1/1h0m0s:1:{%#" + strings.Repeat("5e", 32) + "}"
+	hashed := c.tg.Prefix + "partner-api@gcra:{%#" + strings.Repeat("5e", 32) + "}"
 	if err := c.tg.Client.Set(context.Background(), hashed, "1", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -179,16 +182,19 @@ func TestThrottlectlTopPrefixIsNotAPattern(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	glob := c.tg.Prefix + "a*[b]?:"
-	l, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(glob))
+	l, err := throttle.New(c.tg.Client, "l", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(glob))
 	if err != nil {
 		t.Fatal(err)
 	}
 	take(t, l, "inside", 1)
-	other, err := throttle.New(c.tg.Client, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(c.tg.Prefix+"aXbY:"))
+	other, err := throttle.New(c.tg.Client, "other", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithPrefix(c.tg.Prefix+"aXbY:"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	take(t, other, "outside", 1)
+	for _, prefix := range []string{glob, c.tg.Prefix + "aXbY:"} {
+		waitRegistered(t, c.tg.Client, prefix, 1)
+	}
 	var got []peekJSON
 	c.okJSON(&got, "top", "--prefix", glob)
 	if len(got) != 1 || got[0].Key != "inside" {
@@ -196,7 +202,8 @@ func TestThrottlectlTopPrefixIsNotAPattern(t *testing.T) {
 	}
 }
 
-// redisKeyOf returns the Redis key of caller's state under policy.
+// redisKeyOf returns the Redis key of caller's state under the test's
+// limiter of policy (see pol).
 func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 	t.Helper()
 	if strings.HasPrefix(policy, "conc:") {
@@ -204,7 +211,7 @@ func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := throttle.NewConcurrencyLimiter(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+		l, err := throttle.NewConcurrencyLimiter(c.tg.Client, pol(policy), p, throttle.WithPrefix(c.tg.Prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +221,7 @@ func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := throttle.New(c.tg.Client, p, throttle.WithPrefix(c.tg.Prefix))
+	l, err := throttle.New(c.tg.Client, pol(policy), p, throttle.WithPrefix(c.tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

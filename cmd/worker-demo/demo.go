@@ -155,15 +155,15 @@ func (d *demo) throttler() (*worker.Throttler, error) {
 		limiterOpts = append(limiterOpts, throttle.WithObserver(d.dash.pub))
 		workerOpts = append(workerOpts, worker.WithObserver(d.dash.pub))
 	}
-	perTenant, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.tenantRate), limiterOpts...)
+	perTenant, err := throttle.New(d.rdb, "partner-per-tenant", d.opts.algorithm.policy(d.opts.tenantRate), limiterOpts...)
 	if err != nil {
 		return nil, err
 	}
-	overall, err := throttle.New(d.rdb, d.opts.algorithm.policy(d.opts.overallRate), limiterOpts...)
+	overall, err := throttle.New(d.rdb, "partner-overall", d.opts.algorithm.policy(d.opts.overallRate), limiterOpts...)
 	if err != nil {
 		return nil, err
 	}
-	exports, err := throttle.NewConcurrencyLimiter(d.rdb, throttle.Concurrency{Limit: d.opts.exportCap, Lease: 10 * time.Second}, limiterOpts...)
+	exports, err := throttle.NewConcurrencyLimiter(d.rdb, "exports", throttle.Concurrency{Limit: d.opts.exportCap, Lease: 10 * time.Second}, limiterOpts...)
 	if err != nil {
 		return nil, err
 	}

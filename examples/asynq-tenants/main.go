@@ -24,7 +24,7 @@ func main() {
 	defer stop()
 
 	// One limit per tenant, shared by the whole fleet: 5 calls a second.
-	perTenant, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	perTenant, err := throttle.New(rdb, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func main() {
 	defer stop()
 
 	// 3 requests in any 10 seconds per client.
-	limiter, err := throttle.New(rdb, throttle.SlidingLog{Limit: 3, Window: 10 * time.Second})
+	limiter, err := throttle.New(rdb, "api-per-client", throttle.SlidingLog{Limit: 3, Window: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

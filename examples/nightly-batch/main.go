@@ -27,7 +27,7 @@ func main() {
 	defer stop()
 
 	// The workers' rule: 20 partner syncs a second.
-	limiter, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	limiter, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	if err != nil {
 		log.Fatal(err)
 	}

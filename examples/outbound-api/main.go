@@ -41,7 +41,7 @@ func main() {
 
 	// 5 calls a second per host; a throttled GET is retried once, after the
 	// block its Retry-After set.
-	limiter, err := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	limiter, err := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func (e *Events) Count(k worker.EventKind) int {
 // the target, under the target's key prefix.
 func NewLimiter(t testing.TB, tg *redistest.Target, p throttle.Policy) *throttle.Limiter {
 	t.Helper()
-	l, err := throttle.New(tg.NewClient(t), p, throttle.WithPrefix(tg.Prefix))
+	l, err := throttle.New(tg.NewClient(t), "l", p, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,10 @@ const (
 	AsideSuffix   = ":aside"   // the room's waiters set aside, their flow held back
 )
 
+// Registry returns the key of the hash where named limiters under prefix
+// record their policies in code (see package throttle's registry.go).
+func Registry(prefix string) string { return prefix + "limiters" }
+
 // HashedMark starts a caller key stored by its hash (WithKeyHashing). An
 // escaped caller key never contains it ('%' is always escaped to "%25"), so
 // a hashed key and a caller key given as is never meet.
@@ -139,12 +143,7 @@ func (k KeyKind) String() string {
 
 // KeyInfo is what Parse reads from a limiter's Redis key.
 type KeyInfo struct {
-	// Policy is the policy's short form as written in the key of a limiter
-	// without a name, such as "gcra:10/1s:5" or "conc:3/30s"; empty for a
-	// named limiter's key.
-	Policy string
-	// Name is the name of a limiter created with WithName, whose keys
-	// carry its name and algorithm rather than its policy; else "".
+	// Name is the limiter's name.
 	Name string
 	// Algorithm is the policy's algorithm in short: "gcra", "tb", "lb",
 	// "fw", "sl", "sw", "quota" or "conc".
@@ -166,12 +165,18 @@ type KeyInfo struct {
 func (k KeyInfo) Concurrency() bool { return k.Algorithm == "conc" }
 
 // Parse takes apart a Redis key that a Limiter or ConcurrencyLimiter with
-// the given prefix wrote: prefix + policy (or name@algorithm) + ":{" +
+// the given prefix wrote: prefix + name@algorithm + ":{" +
 // caller key + "}", then nothing (the state), ":block", ":tickets" or
 // ":t:" + ticket. It accepts exactly the keys the library writes; any other
 // key is an error wrapping [ErrNotLimiterKey]. Package throttle sets it
 // when it is initialised.
 var Parse func(prefix, key string) (KeyInfo, error)
+
+// Inspecting is a throttle.Option (typed any here, which package throttle
+// cannot import): the limiter is a tool's view of a limiter's keys
+// (throttlectl, the dashboard), and records nothing in the registry of
+// names. Package throttle sets it when it is initialised.
+var Inspecting any
 
 // ParseConcurrency reads the policy of a ConcurrencyLimiter without a name
 // back from its short form, "conc:3/30s" (the limiter's name, and the

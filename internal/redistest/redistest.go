@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,7 +92,9 @@ func (t *Target) NewClient(tb testing.TB) redis.UniversalClient {
 }
 
 // Keys returns every key under the Target's prefix, scanning each master of
-// a cluster.
+// a cluster, but the registry of limiter names (keyspace.Registry): a
+// record of which limiters exist, written on their first decision, not
+// state of theirs.
 func (t *Target) Keys(tb testing.TB) []string {
 	tb.Helper()
 	ctx := context.Background()
@@ -99,7 +102,9 @@ func (t *Target) Keys(tb testing.TB) []string {
 	scan := func(ctx context.Context, c *redis.Client) error {
 		iter := c.Scan(ctx, 0, t.Prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
+			if iter.Val() != keyspace.Registry(t.Prefix) {
+				keys = append(keys, iter.Val())
+			}
 		}
 		return iter.Err()
 	}

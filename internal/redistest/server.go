@@ -27,13 +27,14 @@ type Server struct {
 	// Kind is "redis-server" or "miniredis".
 	Kind string
 
-	bin   string
-	port  int
-	dir   string
-	aof   bool
-	cmd   *exec.Cmd
-	mini  *miniredis.Miniredis
-	proxy *Proxy
+	bin     string
+	port    int
+	dir     string
+	aof     bool
+	cluster bool // cluster mode on
+	cmd     *exec.Cmd
+	mini    *miniredis.Miniredis
+	proxy   *Proxy
 }
 
 // ServerOptions configure [StartServer].
@@ -41,6 +42,9 @@ type ServerOptions struct {
 	// AOF turns on redis-server's append-only file, synced on every write,
 	// so that a crash (Stop) loses nothing.
 	AOF bool
+	// Cluster starts redis-server with cluster mode on: a node of a
+	// Redis Cluster of its own, no slots assigned (no effect on miniredis).
+	Cluster bool
 }
 
 // StartServer starts a Redis for this test and stops it when the test
@@ -48,7 +52,7 @@ type ServerOptions struct {
 func StartServer(tb testing.TB, opts ServerOptions) *Server {
 	tb.Helper()
 	QuietRedisLog() // the test stops and pauses it on purpose
-	s := &Server{dir: tb.TempDir(), aof: opts.AOF}
+	s := &Server{dir: tb.TempDir(), aof: opts.AOF, cluster: opts.Cluster}
 	s.bin = os.Getenv("REDIS_SERVER")
 	if s.bin == "" {
 		s.bin, _ = exec.LookPath("redis-server")
@@ -128,6 +132,9 @@ func (s *Server) Start(tb testing.TB) {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
 	}
 	s.cmd = exec.Command(s.bin, args...)
 	logFile, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))

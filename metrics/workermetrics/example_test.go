@@ -42,8 +42,7 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 
-	exports, err := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 2, Lease: 30 * time.Second},
-		throttle.WithName("exports"), throttle.WithObserver(c))
+	exports, err := throttle.NewConcurrencyLimiter(rdb, "exports", throttle.Concurrency{Limit: 2, Lease: 30 * time.Second}, throttle.WithObserver(c))
 	if err != nil {
 		fmt.Println(err)
 		return
