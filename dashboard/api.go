@@ -64,8 +64,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, answer func(ctx 
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 		return
 	}
+	if m, ok := v.(map[string]any); ok {
+		m["apiVersion"] = APIVersion
+	}
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// APIVersion is the version of the dashboard's read API (its api/...
+// endpoints, docs/dashboard.md): every answer carries it as "apiVersion".
+// It is raised when a field is removed or changes meaning; fields are
+// added within a version.
+const APIVersion = 1
 
 // processSeen is how recently a Publisher must have written to count as
 // part of the fleet.

@@ -1,13 +1,17 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/scan"
+	"github.com/jobthrottle/jobthrottle/internal/waitroom"
+	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,15 +35,22 @@ type bookingsView struct {
 	Tickets []booking `json:"tickets"`
 	// Waiting counts the worker's tasks in the key's waiting room.
 	Waiting int64 `json:"waiting"`
+	// Flows are the waiting room's flows (tenants, say), each with its
+	// count, place and expected wait, by flow.
+	Flows []waitroom.Flow `json:"flows"`
+	// ExpectedWaitMs is how long until the room's last waiter is expected
+	// to start.
+	ExpectedWaitMs int64 `json:"expectedWaitMs"`
 }
 
 // maxTickets bounds the tickets a key's page lists.
 const maxTickets = 200
 
 // bookings reads key's bookings ahead: its tickets that still count (their
-// generation is the key's current one) and its waiting room.
+// generation is the key's current one) and whose slot is still to come,
+// soonest first, and its waiting room.
 func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, now time.Time) (bookingsView, error) {
-	b := bookingsView{Tickets: []booking{}}
+	b := bookingsView{Tickets: []booking{}, Flows: []waitroom.Flow{}}
 	rd, err := h.inv.readerFor(v)
 	if err != nil || rd == nil || rd.rate == nil {
 		return b, err
@@ -49,8 +60,9 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 	}
 	b.Meter = true
 	state := rd.rate.Key(caller)
+	var retryAfter time.Duration
 	if r, err := rd.rate.Peek(ctx, caller); err == nil {
-		b.AheadMs = r.ResetAfter.Milliseconds()
+		b.AheadMs, retryAfter = r.ResetAfter.Milliseconds(), r.RetryAfter
 	}
 	pipe := h.client.Pipeline()
 	generation := pipe.Get(ctx, state+keyspace.TicketsSuffix)
@@ -60,6 +72,22 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 		return b, err
 	}
 	b.Waiting = room.Val() + aside.Val()
+	if b.Waiting > 0 {
+		// The room lets its waiters out at the policy in force for the key.
+		inForce := v.Policy
+		for _, o := range v.Overrides {
+			if o.Key == caller {
+				inForce = o.Policy
+			}
+		}
+		policy, err := throttle.ParsePolicy(inForce)
+		if err != nil {
+			return b, err
+		}
+		if b.Flows, b.ExpectedWaitMs, err = waitroom.Read(ctx, h.client, state, policy, retryAfter, now); err != nil {
+			return b, err
+		}
+	}
 	if generation.Err() == redis.Nil {
 		return b, nil // no ticket counts
 	}
@@ -67,7 +95,6 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 	if err != nil || len(tickets) == 0 {
 		return b, err
 	}
-	tickets = tickets[:min(len(tickets), maxTickets)]
 	pipe = h.client.Pipeline()
 	values := make([]*redis.StringCmd, len(tickets))
 	for i, t := range tickets {
@@ -86,7 +113,14 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 		}
 		id, _ := keyspace.Unescape(strings.TrimPrefix(t, state+keyspace.TicketInfix))
 		until := time.UnixMicro(end)
+		if !until.After(now) {
+			// Its slot has passed (the task started, or will wait again):
+			// its ticket lives on until its TTL, but books nothing ahead.
+			continue
+		}
 		b.Tickets = append(b.Tickets, booking{Ticket: id, UntilMs: until.UnixMilli(), InMs: until.Sub(now).Milliseconds()})
 	}
+	slices.SortFunc(b.Tickets, func(x, y booking) int { return cmp.Compare(x.UntilMs, y.UntilMs) })
+	b.Tickets = b.Tickets[:min(len(b.Tickets), maxTickets)]
 	return b, nil
 }

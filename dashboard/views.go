@@ -39,6 +39,11 @@ type limiterView struct {
 	Rates        rates      `json:"rates"`
 	HeldBack     int64      `json:"heldBack"` // throttled, last 15 minutes
 	Named        bool       `json:"named"`    // always true: every limiter has a name
+	// Live: its processes apply stored policies (throttle.WithLivePolicies),
+	// as the registry of names says; a stored policy of a limiter that is
+	// not live is shown but not in force.
+	Live       bool `json:"live"`
+	registered bool // in the registry of names
 }
 
 // override is a policy stored for one caller key.
@@ -100,9 +105,14 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 	if err != nil {
 		return nil, err
 	}
-	for name, form := range registered {
+	for name, entry := range registered {
+		form, live := keyspace.RegistryEntry(entry)
 		v := get(name)
+		v.Live, v.registered = live, true
 		v.CodePolicy = cmp.Or(v.CodePolicy, form)
+		if v.Algorithm == "" {
+			v.Algorithm, _, _ = strings.Cut(form, ":") // before its keys are found
+		}
 		if strings.HasPrefix(form, "conc:") {
 			v.Kind = kindConcurrency
 		}
@@ -154,7 +164,9 @@ func (h *Handler) describe(ctx context.Context, v *limiterView) error {
 	}
 	if stored.Policy != nil {
 		v.StoredPolicy = stored.Policy.String()
-		v.Policy, v.Source = v.StoredPolicy, "stored"
+		if v.Live || !v.registered {
+			v.Policy, v.Source = v.StoredPolicy, "stored"
+		}
 	}
 	for key, p := range stored.Keys {
 		v.Overrides = append(v.Overrides, override{Key: key, Policy: p.String()})

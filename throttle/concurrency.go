@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -83,7 +84,7 @@ func NewConcurrencyLimiter(client redis.UniversalClient, name string, p Concurre
 	}
 	form := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
 	c.fixed = form
-	c.register(form)
+	c.register(keyspace.RegistryValue(form, false))
 	return &ConcurrencyLimiter{
 		conn:   c,
 		policy: p,

@@ -47,11 +47,11 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
 }
 
-// register records the limiter in the registry of names under its policy
-// in code, form, unless a tool inspects its keys.
-func (c *conn) register(form string) {
+// register records the limiter in the registry of names with its entry
+// (keyspace.RegistryValue), unless a tool inspects its keys.
+func (c *conn) register(entry string) {
 	if !c.cfg.inspecting {
-		c.registry = newRegistration(c.cfg.prefix, c.cfg.name, form)
+		c.registry = newRegistration(c.cfg.prefix, c.cfg.name, entry)
 	}
 }
 

@@ -27,15 +27,15 @@
 //	FixedWindow    1 string, 104 B           exact count per aligned window up to 2×Limit across a boundary
 //	SlidingLog     sorted set, ~40 B/unit    exact in every window          never more than Limit in any window
 //	SlidingWindow  1 string, 104–120 B       weighted estimate              smoothed; may be off by a few units
-//	TokenBucket    1 integer, 88 B           exact                          Burst at once, then Rate
+//	TokenBucket    integer+interval, 104 B   exact                          Burst at once, then Rate
 //	LeakyBucket    2 integers, 120 B         exact                          Capacity at once, then Rate
-//	GCRA           1 integer, 88 B           exact                          Burst at once, then Rate
+//	GCRA           integer+interval, 120 B   exact                          Burst at once, then Rate
 //	Quota          1 string                  exact count per calendar day   up to 2×Limit across midnight
 //	                                         or month in a time zone
 //
 // TokenBucket, LeakyBucket (as a meter) and GCRA with the same rate and
 // capacity make identical decisions; they differ in how the state is kept.
-// GCRA is the default choice: one integer, exact, smooth. Pick SlidingLog for
+// GCRA is the default choice: small, exact, smooth. Pick SlidingLog for
 // small limits that must hold in every interval ("at most 5 logins in any 15
 // minutes"), FixedWindow for quotas tied to the calendar-like windows
 // ("1,000 per minute, counted per minute"). A meter whose interval (Per/N) is

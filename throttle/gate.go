@@ -26,9 +26,9 @@ var (
 const (
 	startsSuffix  = ":starts"
 	roomSuffix    = keyspace.RoomSuffix
-	waitersSuffix = ":waiters"
+	waitersSuffix = keyspace.WaitersSuffix
 	flowsSuffix   = ":flows"
-	heldSuffix    = ":held"
+	heldSuffix    = keyspace.HeldSuffix
 	asideSuffix   = keyspace.AsideSuffix
 	// the dispatcher that lets the room's waiters out, by lease
 	dispatcherSuffix = ":dispatcher"

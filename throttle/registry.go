@@ -8,11 +8,12 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 )
 
-// The registry of named limiters: one hash per prefix,
+// The registry of limiter names: one hash per prefix,
 // keyspace.Registry(prefix), whose fields are the names of the limiters
 // that decided under the prefix and whose values are their policies in
 // code, in the short form ParsePolicy reads ("gcra:10/1s:1",
-// "conc:3/30s"). A named limiter's keys carry its name and algorithm, not
+// "conc:3/30s"), followed by " live" for limiters created with
+// WithLivePolicies (keyspace.RegistryValue). A named limiter's keys carry its name and algorithm, not
 // its policy: throttlectl and the dashboard read the registry to know
 // what a name's limit is when no policy is stored for it. Each limiter
 // writes its entry in the background on its first decision and again

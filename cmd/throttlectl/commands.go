@@ -23,8 +23,11 @@ func runReset(a *app, args []string) error {
 	return a.withState(args, reset, a.writeReset)
 }
 
-// withState opens the key peek and reset name, reads its state (a key with
-// none is an error), runs do on it and writes the state it read.
+// withState opens the key peek and reset name, reads its state, runs do on
+// it and writes the state it read. A key with no state in Redis is full:
+// its state is written as such (do is not run: there is nothing to
+// reset), with a note on stderr naming the limiters that do hold state for
+// the caller key, in case the name or key was mistyped.
 func (a *app) withState(args []string, do func(context.Context, target, *limiter, state) error, write func(state) error) error {
 	t, l, client, err := a.open(args)
 	if err != nil {
@@ -42,7 +45,9 @@ func (a *app) withState(args []string, do func(context.Context, target, *limiter
 		return err
 	}
 	if !present {
-		return a.errNoState(client, l, t.caller)
+		s.absent = true
+		fmt.Fprintf(a.stderr, "throttlectl: note: %v\n", a.errNoState(client, l, t.caller))
+		return write(s)
 	}
 	if err := do(ctx, t, l, s); err != nil {
 		return err
@@ -222,29 +227,36 @@ func (a *app) policyOf(client redis.UniversalClient, info keyInfo, inCode map[st
 
 // lookUpPolicy returns the policy in force for the limiter called name and
 // caller ("" for the limiter's own): the one stored for it (throttlectl
-// set), else the one its processes recorded in the registry of names (the
-// policy in code), else the one inCode (--config) gives; a policy not
-// known, with its name only, when none does.
+// set), unless the registry of names says its limiters are not live, else
+// the one its processes recorded in the registry (the policy in code),
+// else the one inCode (--config) gives; a policy not known, with its name
+// only, when none does.
 func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, name, caller string, inCode map[string]string) (policy, error) {
 	p := policy{name: name}
-	stored, err := storedPolicy(ctx, client, a.prefix, name, caller)
-	if err != nil {
+	entry, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
+	registered := err == nil
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return policy{}, err
 	}
-	if stored != nil {
-		p.rate = stored
-		return p, nil
+	form, live := keyspace.RegistryEntry(entry)
+	if !registered || live {
+		// A stored policy is in force, for limiters that apply them (or
+		// when nothing says they do not).
+		stored, err := storedPolicy(ctx, client, a.prefix, name, caller)
+		if err != nil {
+			return policy{}, err
+		}
+		if stored != nil {
+			p.rate = stored
+			return p, nil
+		}
 	}
-	form, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
-	switch {
-	case err == nil:
+	if registered {
 		if p, err = parsePolicy(form); err != nil {
 			return policy{}, fmt.Errorf("the registry of names holds %q for the limiter %q: %w", form, name, err)
 		}
 		p.name = name
 		return p, nil
-	case !errors.Is(err, redis.Nil):
-		return policy{}, err
 	}
 	if inCode[name] != "" {
 		if p, err = parsePolicy(inCode[name]); err != nil {

@@ -72,9 +72,6 @@ func TestThrottlectlBadInput(t *testing.T) {
 		{"unknown limiter", []string{"peek", "--config", config, "--limiter", "exports", "tenant-1"}, exitUsage, `has no limiter "exports" (it has ["broken" "tenant"])`},
 		{"bad policy in config", []string{"peek", "--config", config, "--limiter", "broken", "tenant-1"}, exitUsage, `limiter "broken": throttle: invalid policy`},
 		{"hashed Redis key", []string{"peek", hashed}, exitUsage, "stored by its hash"},
-		{"no such key", append(peek, "tenant-2"), exitFailure, `no state for gcra:1/1h:1@gcra key "tenant-2"`},
-		{"no such key to reset", []string{"reset", "--name", pol("gcra:1/1h:1"), "--policy", "gcra:1/1h:1", "tenant-2"}, exitFailure, `no state for gcra:1/1h:1@gcra key "tenant-2"`},
-		{"same key, other policy", []string{"peek", "--name", pol("gcra:2/1h:1"), "--policy", "gcra:2/1h:1", "tenant-1"}, exitFailure, `no state for gcra:2/1h:1@gcra key "tenant-1"`},
 		{"top with an argument", []string{"top", "tenant-1"}, exitUsage, "top: takes no arguments"},
 		{"negative limit", []string{"top", "--limit", "-1"}, exitUsage, "--limit must not be negative"},
 	} {

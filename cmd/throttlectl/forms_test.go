@@ -108,7 +108,7 @@ func TestThrottlectlDocForms(t *testing.T) {
 	if got.Policy != "gcra:10/1m:1" || got.Rate != "10/1m" || math.Abs(got.RatePerSecond-10.0/60) > 1e-9 || got.Burst != 1 || got.Limit != 1 {
 		t.Errorf("peek --policy gcra:10/m:1: %+v", got)
 	}
-	r := c.ok("set", "exports", "gcra:20/s:20")
+	r := c.ok("set", "--new", "exports", "gcra:20/s:20")
 	if !strings.Contains(r.stdout, "gcra:20/1s:20") {
 		t.Errorf("set gcra:20/s:20 shows %q", r.stdout)
 	}

@@ -40,11 +40,11 @@
 // until the next one would be admitted (RETRY-AFTER), until the key is back
 // to full capacity (RESET-AFTER) and until a block set by Limiter.BlockFor
 // ends (BLOCKED-FOR); for a concurrency cap, its holders and free slots.
-// peek without --policy or --limiter takes a full Redis key as top lists
-// it. reset forgets a key's state and lifts its block. Both fail when the
-// key has no state in Redis under the limiter asked for, and name the
-// limiters that do hold state for that caller key, found with SCAN on
-// every master. top scans the prefix with SCAN (never KEYS),
+// peek without --name or --limiter takes a full Redis key as top lists
+// it. reset forgets a key's state and lifts its block. A key with no state
+// in Redis under the limiter asked for is full: both show it so, and note
+// on stderr the limiters that do hold state for that caller key, found
+// with SCAN on every master (a mistyped name or key shows there). top scans the prefix with SCAN (never KEYS),
 // on every master of a Cluster, and lists the keys throttled now (nothing
 // admitted, or blocked), longest wait first; --all lists every key.
 //
@@ -198,7 +198,7 @@ is the one stored for it, else the one its processes registered, else
 serve listens on loopback (127.0.0.1:8080) unless --addr names another
 address; with --actions the token is $THROTTLECTL_TOKEN, else a random one
 printed on stderr. It stops on Ctrl-C (SIGINT) or SIGTERM.
-Exit status: 0 done, 1 failed (Redis, no state for the key), 2 usage error.
+Exit status: 0 done, 1 failed (Redis), 2 usage error (an unknown name too).
 
 global flags (also accepted after the command):
 `)
@@ -211,6 +211,9 @@ type app struct {
 	command command
 	stdout  io.Writer
 	stderr  io.Writer // for notes; errors go up to run
+	// newName reports set --new, once set's flags are parsed; nil for the
+	// other commands.
+	newName func() bool
 }
 
 // usageError is a mistake on the command line: exit status 2.

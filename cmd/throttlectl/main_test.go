@@ -160,6 +160,24 @@ func (c *cli) okJSON(v any, args ...string) result {
 	return r
 }
 
+// full checks that r succeeded for a key with no state in Redis: stdout
+// shows it full, and one note on stderr, "throttlectl: note: ..."
+// containing says.
+func full(t *testing.T, r result, says string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	switch {
+	case r.code != 0:
+		t.Errorf("want success: %v", r)
+	case len(lines) != 1 || !strings.HasPrefix(r.stderr, "throttlectl: note: "):
+		t.Errorf("want one line \"throttlectl: note: ...\" on stderr: %v", r)
+	case !strings.Contains(r.stderr, says) || !strings.Contains(r.stderr, "it is full"):
+		t.Errorf("stderr does not say %q and that the key is full: %v", says, r)
+	case r.stdout == "":
+		t.Errorf("nothing on stdout: %v", r)
+	}
+}
+
 // fails checks that r failed with status code and exactly one line on
 // stderr, "throttlectl: ..." containing says, and nothing on stdout.
 func fails(t *testing.T, r result, code int, says string) {
@@ -185,17 +203,27 @@ type peekJSON struct {
 	Policy   string `json:"policy"`
 	Kind     string `json:"kind"`
 	peekLimits
-	Throttled    bool   `json:"throttled"`
-	Allowed      bool   `json:"allowed"`
-	Limit        int    `json:"limit"`
-	Remaining    int    `json:"remaining"`
-	Holders      *int   `json:"holders"`
-	RetryAfter   string `json:"retry_after"`
-	RetryAfterUS int64  `json:"retry_after_us"`
-	ResetAfter   string `json:"reset_after"`
-	ResetAfterUS int64  `json:"reset_after_us"`
-	BlockedFor   string `json:"blocked_for"`
-	BlockedForUS int64  `json:"blocked_for_us"`
+	Throttled      bool   `json:"throttled"`
+	Allowed        bool   `json:"allowed"`
+	Limit          int    `json:"limit"`
+	Remaining      int    `json:"remaining"`
+	Holders        *int   `json:"holders"`
+	RetryAfter     string `json:"retry_after"`
+	RetryAfterUS   int64  `json:"retry_after_us"`
+	ResetAfter     string `json:"reset_after"`
+	ResetAfterUS   int64  `json:"reset_after_us"`
+	BlockedFor     string `json:"blocked_for"`
+	BlockedForUS   int64  `json:"blocked_for_us"`
+	Waiting        int    `json:"waiting"`
+	ExpectedWait   string `json:"expected_wait"`
+	ExpectedWaitUS int64  `json:"expected_wait_us"`
+	Flows          []struct {
+		Flow           string `json:"flow"`
+		Waiting        int    `json:"waiting"`
+		First          int    `json:"first"`
+		ExpectedWait   string `json:"expected_wait"`
+		ExpectedWaitUS int64  `json:"expected_wait_us"`
+	} `json:"flows"`
 }
 
 // peekLimits are the policy's numbers in peek's --json output.

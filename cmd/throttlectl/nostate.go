@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the failure of peek and reset on a key Redis holds no state
-// for under the limiter asked for, which names the limiters that do hold
-// state for that caller key.
+// This file is the note peek and reset print for a key Redis holds no
+// state for under the limiter asked for (it is full), which names the
+// limiters that do hold state for that caller key.
 
 // noStateError is a caller key with no state under the limiter asked for.
 type noStateError struct {
@@ -27,7 +27,7 @@ type noStateError struct {
 
 func (e *noStateError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "no state for %s key %s (Redis key %s)", e.limiter, strconv.Quote(e.caller), strconv.Quote(e.redisKey))
+	fmt.Fprintf(&b, "no state for %s key %s (Redis key %s): it is full", e.limiter, strconv.Quote(e.caller), strconv.Quote(e.redisKey))
 	switch {
 	case e.lookup != nil:
 		fmt.Fprintf(&b, "; looking for state under other policies failed: %v", e.lookup)

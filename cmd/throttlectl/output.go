@@ -42,6 +42,21 @@ type jsonState struct {
 	ResetAfterUS int64  `json:"reset_after_us"`
 	BlockedFor   string `json:"blocked_for"`
 	BlockedForUS int64  `json:"blocked_for_us"`
+	// The worker's tasks in the key's waiting room, by flow, and when the
+	// last is expected to start (a TokenBucket or GCRA key).
+	Waiting        int        `json:"waiting"`
+	ExpectedWait   string     `json:"expected_wait"`
+	ExpectedWaitUS int64      `json:"expected_wait_us"`
+	Flows          []jsonFlow `json:"flows"`
+}
+
+// jsonFlow is one flow of a waiting room, in --json output.
+type jsonFlow struct {
+	Flow           string `json:"flow"`
+	Waiting        int    `json:"waiting"`
+	First          int    `json:"first"` // the place of its first waiter, 1: next
+	ExpectedWait   string `json:"expected_wait"`
+	ExpectedWaitUS int64  `json:"expected_wait_us"`
 }
 
 func toJSON(s state) jsonState {
@@ -62,11 +77,20 @@ func toJSON(s state) jsonState {
 		BlockedFor:   s.blockedFor.String(),
 		BlockedForUS: s.blockedFor.Microseconds(),
 
+		Waiting:        s.waiting,
+		ExpectedWait:   s.expectedWait.String(),
+		ExpectedWaitUS: s.expectedWait.Microseconds(),
+		Flows:          []jsonFlow{},
+
 		Rate:          s.limits.rate,
 		RatePerSecond: s.limits.perSecond,
 		Burst:         s.limits.burst,
 		Capacity:      s.limits.capacity,
 		Period:        s.limits.period,
+	}
+	for _, f := range s.flows {
+		wait := time.Duration(f.ExpectedWaitMs) * time.Millisecond
+		j.Flows = append(j.Flows, jsonFlow{Flow: f.Flow, Waiting: f.Waiting, First: f.First, ExpectedWait: wait.String(), ExpectedWaitUS: wait.Microseconds()})
 	}
 	if w := s.limits.window; w > 0 {
 		j.Window, j.WindowUS = w.String(), w.Microseconds()
@@ -106,6 +130,25 @@ func (a *app) writePeek(s state) error {
 		row(tw, display(s.caller), display(s.name), s.policy, cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return a.writeWaiting(s)
+}
+
+// writeWaiting writes a key's waiting room under its peek: how many tasks
+// wait, when the last is expected to start, and each flow's tasks, the
+// place of its first and when its last is expected to start.
+func (a *app) writeWaiting(s state) error {
+	if s.waiting == 0 {
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "\n%d tasks wait in the key's waiting room; the last is expected to start in %s.\n", s.waiting, short(s.expectedWait))
+	tw := newTable(a.stdout)
+	row(tw, "FLOW", "WAITING", "FIRST-AT", "LAST-STARTS-IN")
+	for _, f := range s.flows {
+		row(tw, display(f.Flow), strconv.Itoa(f.Waiting), strconv.Itoa(f.First), short(time.Duration(f.ExpectedWaitMs)*time.Millisecond))
+	}
 	return tw.Flush()
 }
 
@@ -115,7 +158,12 @@ func (a *app) writeReset(before state) error {
 		return a.writeJSON(struct {
 			Reset bool `json:"reset"`
 			jsonState
-		}{true, toJSON(before)})
+		}{!before.absent, toJSON(before)})
+	}
+	if before.absent {
+		_, err := fmt.Fprintf(a.stdout, "nothing to reset: %s of the limiter %s, %s, has no state in Redis (Redis key %s): it is full, %s remaining\n",
+			display(before.caller), display(before.name), before.policy, display(before.redisKey), fraction(before.remaining, before.limit))
+		return err
 	}
 	_, err := fmt.Fprintf(a.stdout, "reset %s of the limiter %s, %s (%s; Redis key %s); it had %s remaining, retry-after %s, blocked-for %s\n",
 		display(before.caller), display(before.name), before.policy, before.limits.describe(), display(before.redisKey), fraction(before.remaining, before.limit), short(before.retryAfter), short(before.blockedFor))
@@ -142,16 +190,25 @@ func (a *app) writeTop(states []state, f found) error {
 		return err
 	}
 	tw := newTable(a.stdout)
-	row(tw, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	row(tw, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
 	for _, s := range states {
 		blocked := short(s.blockedFor)
 		if s.concurrency {
 			blocked = "-"
 		}
 		row(tw, display(s.caller), display(s.name), s.policy, s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
-			short(s.retryAfter), short(s.resetAfter), blocked)
+			short(s.retryAfter), short(s.resetAfter), blocked, waitingCell(s))
 	}
 	return tw.Flush()
+}
+
+// waitingCell shows the tasks in a key's waiting room and when the last is
+// expected to start ("357/35.7s"), or "-".
+func waitingCell(s state) string {
+	if s.waiting == 0 {
+		return "-"
+	}
+	return strconv.Itoa(s.waiting) + "/" + short(s.expectedWait)
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

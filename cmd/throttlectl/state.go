@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
+	"github.com/jobthrottle/jobthrottle/internal/waitroom"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
@@ -58,6 +59,7 @@ type state struct {
 	caller      string
 	redisKey    string
 	policy      string // in force
+	absent      bool   // no state in Redis: the key is full
 	name        string // a named limiter's name
 	concurrency bool
 	limits      limits // the policy's rate and burst, or limit and window
@@ -67,13 +69,20 @@ type state struct {
 	retryAfter  time.Duration
 	resetAfter  time.Duration
 	blockedFor  time.Duration
+	// The worker's tasks in the key's waiting room (a TokenBucket or GCRA
+	// key of a FairBy, several-rule or live rule): how many, by flow, and
+	// when the last is expected to start.
+	waiting      int
+	flows        []waitroom.Flow
+	expectedWait time.Duration
 }
 
-// throttled reports a key that admits nothing now.
-func (s state) throttled() bool { return !s.allowed || s.blockedFor > 0 }
+// throttled reports a key that admits nothing now, or whose tasks wait.
+func (s state) throttled() bool { return !s.allowed || s.blockedFor > 0 || s.waiting > 0 }
 
-// wait is how long until the key admits a unit again.
-func (s state) wait() time.Duration { return max(s.retryAfter, s.blockedFor) }
+// wait is how long until the key admits a unit again, or until its last
+// waiting task is expected to start.
+func (s state) wait() time.Duration { return max(s.retryAfter, s.blockedFor, s.expectedWait) }
 
 // holders is a concurrency cap's holders now.
 func (s state) holders() int { return s.limit - s.remaining }
@@ -103,7 +112,37 @@ func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
 	}
 	s.allowed, s.limit, s.remaining = r.Allowed, r.Limit, r.Remaining
 	s.retryAfter, s.resetAfter = r.RetryAfter, r.ResetAfter
+	if l.rate != nil && waitroom.Interval(l.spec.rate) > 0 {
+		if err := l.readWaiting(ctx, &s); err != nil {
+			return state{}, fmt.Errorf("reading the waiting room of %q: %w", s.redisKey, err)
+		}
+	}
 	return s, nil
+}
+
+// readWaiting reads the worker's waiting room of a meter key into s: one
+// round trip when it is empty.
+func (l *limiter) readWaiting(ctx context.Context, s *state) error {
+	pipe := l.client.Pipeline()
+	room := pipe.ZCard(ctx, s.redisKey+keyspace.RoomSuffix)
+	aside := pipe.ZCard(ctx, s.redisKey+keyspace.AsideSuffix)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if s.waiting = int(room.Val() + aside.Val()); s.waiting == 0 {
+		return nil
+	}
+	p, err := throttle.ParsePolicy(s.policy)
+	if err != nil {
+		return err
+	}
+	now, err := l.client.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	flows, last, err := waitroom.Read(ctx, l.client, s.redisKey, p, s.retryAfter, now)
+	s.flows, s.expectedWait = flows, time.Duration(last)*time.Millisecond
+	return err
 }
 
 // present reports whether s, just peeked, has anything in Redis: its state

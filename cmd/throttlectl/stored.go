@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,10 +19,12 @@ import (
 // runSet stores a named limiter's policy, or one caller key's; with
 // --replace, the limiter's policy whatever the name's algorithm was.
 func runSet(a *app, args []string) error {
-	var replace *bool
+	var replace, fresh *bool
 	flags := func(fs *flag.FlagSet) {
 		replace = fs.Bool("replace", false, "move the name to POLICY's algorithm: remove every policy stored for it and store POLICY (limiters of the old algorithm still running keep the policy they have)")
+		fresh = fs.Bool("new", false, "store the policy for a name no limiter has used under the prefix yet (limiters about to start)")
 	}
+	a.newName = func() bool { return *fresh }
 	return a.changeStored(args, 2, "NAME POLICY", flags, func(ctx context.Context, s *throttle.PolicyStore, operands []string, key []string) error {
 		p, err := parseRatePolicy(operands[1])
 		if err != nil {
@@ -63,9 +66,41 @@ func runGet(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.withStore(func(ctx context.Context, s *throttle.PolicyStore) error {
+	return a.withStore(func(ctx context.Context, client redis.UniversalClient, s *throttle.PolicyStore) error {
+		if err := a.checkName(ctx, client, s, name); err != nil {
+			return err
+		}
 		return a.showStored(ctx, s, name)
 	})
+}
+
+// checkName refuses a name no limiter has used under the prefix (none in
+// the registry of names, nothing ever stored or read for it): a mistyped
+// name or --prefix would otherwise store a policy nothing reads. set --new
+// lets it through. For set, it notes on stderr when the name's limiters do
+// not apply stored policies.
+func (a *app) checkName(ctx context.Context, client redis.UniversalClient, s *throttle.PolicyStore, name string) error {
+	entry, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
+	registered := err == nil
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	st, err := s.Get(ctx, name)
+	if err != nil {
+		return storeError(a.command.name, err)
+	}
+	fresh := a.newName != nil && a.newName()
+	if !registered && st.Version == 0 && st.Kind == "" && !fresh {
+		hint := "check the name and --prefix"
+		if a.command.name == "set" {
+			hint += ", or give --new to store a policy for limiters not started yet"
+		}
+		return usagef("%s: no limiter called %q has decided under the prefix %q: %s", a.command.name, name, a.prefix, hint)
+	}
+	if _, live := keyspace.RegistryEntry(entry); registered && !live && a.command.name == "set" {
+		fmt.Fprintf(a.stderr, "throttlectl: note: the limiters called %q were created without throttle.WithLivePolicies: they do not apply stored policies\n", name)
+	}
+	return nil
 }
 
 // changeStored parses set's and unset's command line (want operands,
@@ -88,7 +123,10 @@ func (a *app) changeStored(args []string, want int, what string, more func(*flag
 	if *key != "" {
 		keys = []string{*key}
 	}
-	return a.withStore(func(ctx context.Context, s *throttle.PolicyStore) error {
+	return a.withStore(func(ctx context.Context, client redis.UniversalClient, s *throttle.PolicyStore) error {
+		if err := a.checkName(ctx, client, s, operands[0]); err != nil {
+			return err
+		}
 		if err := change(ctx, s, operands, keys); err != nil {
 			return err
 		}
@@ -98,7 +136,7 @@ func (a *app) changeStored(args []string, want int, what string, more func(*flag
 
 // withStore connects and runs do on the policy store under the prefix,
 // within the --timeout.
-func (a *app) withStore(do func(context.Context, *throttle.PolicyStore) error) error {
+func (a *app) withStore(do func(context.Context, redis.UniversalClient, *throttle.PolicyStore) error) error {
 	client, err := a.connect(context.Background())
 	if err != nil {
 		return err
@@ -110,7 +148,7 @@ func (a *app) withStore(do func(context.Context, *throttle.PolicyStore) error) e
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
-	return do(ctx, s)
+	return do(ctx, client, s)
 }
 
 // storeError marks the store's refusals of bad input as usage errors.

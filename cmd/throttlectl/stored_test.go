@@ -26,6 +26,7 @@ func TestSetGetUnset(t *testing.T) {
 	if _, err := l.Allow(ctx, "tenant-1"); err != nil { // the limiter reads the store
 		t.Fatal(err)
 	}
+	c.waitRegistered(1)
 
 	r := c.ok("set", "partner-api", "gcra:20/1h:20")
 	if !strings.Contains(r.stdout, "gcra:20/1h:20") || !strings.Contains(r.stdout, "within a second") {
@@ -69,8 +70,34 @@ func TestSetGetUnset(t *testing.T) {
 		{[]string{"set", "partner-api"}, "want NAME POLICY"},
 		{[]string{"set", "a{b}", "gcra:1/1s:1"}, "must not contain"},
 		{[]string{"get"}, "missing NAME"},
+		// A name no limiter has used under the prefix: a typo, or the
+		// wrong --prefix.
+		{[]string{"get", "partner-apj"}, `no limiter called "partner-apj" has decided under the prefix`},
+		{[]string{"set", "partner-apj", "gcra:1/1s:1"}, "give --new"},
+		{[]string{"unset", "partner-apj"}, `no limiter called "partner-apj"`},
 	} {
 		fails(t, c.run(tc.args...), 2, tc.says)
+	}
+	// Limiters about to start: --new stores it all the same.
+	c.ok("set", "--new", "partner-apk", "gcra:1/1s:1")
+	c.ok("get", "partner-apk")
+	// A limiter that does not apply stored policies is told of.
+	plain, err := throttle.New(c.tg.Client, "plain", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 10}, throttle.WithPrefix(c.tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Allow(ctx, "tenant-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitRegistered(t, c.tg.Client, c.tg.Prefix, 2)
+	if r := c.run("set", "plain", "gcra:20/1h:20"); r.code != 0 || !strings.Contains(r.stderr, "do not apply stored policies") {
+		t.Errorf("set for limiters that are not live: %v", r)
+	}
+	// What is in force for them is their policy in code, not the stored one.
+	var plainPeek jsonState
+	c.okJSON(&plainPeek, "peek", "--name", "plain", "tenant-1")
+	if plainPeek.Policy != "gcra:10/1h:10" {
+		t.Errorf("peek of a limiter that is not live, with a policy stored: %+v", plainPeek)
 	}
 
 	c.ok("unset", "partner-api")
@@ -139,7 +166,7 @@ func TestTopPeeksNamedLimiters(t *testing.T) {
 	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
 		t.Errorf("top --config = %+v", listed)
 	}
-	c.ok("set", "exports", "gcra:2/1m:2")
+	c.ok("set", "--new", "exports", "gcra:2/1m:2") // the registry is gone: nothing says the name is used
 	c.okJSON(&listed, "top", "--all")
 	if len(listed) != 1 || listed[0].Policy != "gcra:2/1m:2" || listed[0].Remaining != 1 {
 		t.Errorf("top with a stored policy = %+v", listed)

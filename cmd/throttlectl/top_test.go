@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/jobthrottle/jobthrottle/worker"
 )
 
 // topScene is keys of every kind under one prefix: five throttled ones
@@ -107,7 +109,7 @@ func TestThrottlectlTop(t *testing.T) {
 	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
-	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
 	if len(rows) != 6 {
 		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
 	}
@@ -226,4 +228,53 @@ func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 		t.Fatal(err)
 	}
 	return l.Key(caller)
+}
+
+// TestTopShowsTasksWaiting: while a fleet's tasks wait in a waiting room
+// (an overall limit of 5/s shared fairly by tenant, three tenants'
+// backlogs), top lists the overall key as throttled, under its limiter's
+// name, with the tasks waiting, by tenant, and when the last is expected
+// to start; peek shows the same. (How close the expectation comes to what
+// then happens is dashboard's TestKeyPageSaysWhoWaitsAndForHowLong.)
+func TestTopShowsTasksWaiting(t *testing.T) {
+	c := newCLI(t)
+	overall := c.namedLimiter("partner-overall", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	th := asynqtest.NewThrottler(t, c.tg, []worker.Rule{
+		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")),
+			worker.FairBy(worker.ByPayloadField("tenant"))),
+	}, worker.WithInlineWait(0))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, c.tg, 1, 5, th, log.Handler(time.Millisecond))
+	for _, tenant := range []string{"acme", "globex", "initech"} {
+		for range 8 {
+			f.Enqueue(t, "partner:sync", map[string]string{"tenant": tenant})
+		}
+	}
+	var listed []peekJSON
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c.waitRegistered(1)
+		c.okJSON(&listed, "top")
+		if len(listed) == 1 && listed[0].Waiting >= 10 && len(listed[0].Flows) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("top never listed the overall key with 10 tasks of three tenants waiting: %+v", listed)
+		}
+	}
+	got := listed[0]
+	sum := 0
+	for _, fl := range got.Flows {
+		sum += fl.Waiting
+		if fl.First < 1 || fl.ExpectedWaitUS <= 0 || fl.ExpectedWaitUS > got.ExpectedWaitUS {
+			t.Errorf("flow %+v of %+v", fl, got)
+		}
+	}
+	if !got.Throttled || got.Limiter != "partner-overall" || got.Key != "all" || sum != got.Waiting ||
+		got.ExpectedWaitUS < int64(got.Waiting-1)*200_000 {
+		t.Errorf("top --json: %+v; want the key throttled, its tasks waiting by tenant, the last in at least (waiting-1) × 200ms", got)
+	}
+	r := c.ok("peek", "--name", "partner-overall", "all")
+	if !strings.Contains(r.stdout, "tasks wait in the key's waiting room") || !strings.Contains(r.stdout, "FLOW") || !strings.Contains(r.stdout, "initech") {
+		t.Errorf("peek of a key with tasks waiting:\n%s", r.stdout)
+	}
 }

@@ -128,3 +128,41 @@ func overviewNames(t *testing.T, url string) []string {
 	}
 	return names
 }
+
+// TestDemoDashboardStaysUpForTheDuration: with --dashboard the run lasts
+// the whole --duration, though its few tasks are done within a couple of
+// seconds, so that the dashboard can still be looked at; without it, the
+// run ends with the work.
+func TestDemoDashboardStaysUpForTheDuration(t *testing.T) {
+	const duration = 8 * time.Second
+	args := []string{"--duration", duration.String(), "--tasks", "6", "--batch", "0", "--exports", "1", "--dashboard", "127.0.0.1:0"}
+	addr, _ := testRedis(t)
+	args = append(args, "--redis", addr)
+	var out, errs lockedBuffer
+	exit := make(chan int, 1)
+	started := time.Now()
+	go func() { exit <- run(context.Background(), args, &out, &errs, noEnv) }()
+	var url string
+	for deadline := time.Now().Add(15 * time.Second); url == ""; time.Sleep(20 * time.Millisecond) {
+		if m := dashboardLine.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no dashboard URL printed:\n%s\nstderr:\n%s", out.String(), errs.String())
+		}
+	}
+	time.Sleep(time.Until(started.Add(duration - 2*time.Second)))
+	select {
+	case code := <-exit:
+		t.Fatalf("the run ended after %s (exit %d), before its --duration of %s:\n%s", time.Since(started).Round(time.Millisecond), code, duration, out.String())
+	default:
+	}
+	if names := overviewNames(t, url); len(names) == 0 {
+		t.Errorf("api/overview lists no limiter %s into the run", time.Since(started).Round(time.Millisecond))
+	}
+	if code := <-exit; code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
+	}
+	if took := time.Since(started); took < duration {
+		t.Errorf("the run took %s, want its --duration, %s", took.Round(time.Millisecond), duration)
+	}
+}

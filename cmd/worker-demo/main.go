@@ -22,7 +22,8 @@
 // With --dashboard host:port it serves the web dashboard (package
 // dashboard) there while the fleet runs, fed by a dashboard.Publisher given
 // to every limiter and to the worker, and prints its URL and the token its
-// actions ask for; both stop with the run.
+// actions ask for; the run then lasts the whole --duration, after the work
+// is done too (Ctrl-C ends it sooner), and the dashboard stops with it.
 //
 // On a terminal the view is redrawn in place, fitted to COLUMNS, else to
 // the terminal's width (on Linux), else to 80 columns; NO_COLOR (any
@@ -109,11 +110,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	deadline := time.Now().Add(opts.duration)
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-	for !d.done() && time.Now().Before(deadline) && ctx.Err() == nil {
+	// The run ends when every task has run, or at --duration; with
+	// --dashboard, only at --duration (or Ctrl-C), so that the dashboard
+	// stays up to be looked at after the work is done.
+	finished := d.finished
+	for (!d.done() || d.dash != nil) && time.Now().Before(deadline) && ctx.Err() == nil {
 		view.frame(d.snapshot())
 		select {
 		case <-ticker.C:
-		case <-d.finished:
+		case <-finished:
+			finished = nil // closed: wait on the ticker from now on
 		case <-ctx.Done():
 		}
 	}
@@ -172,7 +178,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.servers, "servers", 3, "asynq servers in the fleet")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "workers per server")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of the embedded one")
-	fs.StringVar(&o.dashboard, "dashboard", "", "`host:port` to serve the web dashboard on while the fleet runs (it stops with the run), e.g. 127.0.0.1:8080; port 0 picks a free one. Its actions take the token printed at the start")
+	fs.StringVar(&o.dashboard, "dashboard", "", "`host:port` to serve the web dashboard on while the fleet runs, e.g. 127.0.0.1:8080; port 0 picks a free one. The run then lasts the whole --duration (Ctrl-C ends it sooner). Its actions take the token printed at the start")
 	fs.BoolVar(&o.plain, "plain", false, "plain output even on a terminal (it is plain when stdout is not one)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: worker-demo [flags]\n\nRuns a fleet of asynq servers held to fleet-wide limits and checks they held.\n\nflags:")

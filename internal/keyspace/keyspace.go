@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,11 +26,31 @@ const (
 	TicketInfix   = ":t:"      // then a ticket's escaped ID: its booking
 	RoomSuffix    = ":room"    // the worker's waiting room of a meter key
 	AsideSuffix   = ":aside"   // the room's waiters set aside, their flow held back
+	WaitersSuffix = ":waiters" // the room's waiters: ID -> entry (see RoomWaiter)
+	HeldSuffix    = ":held"    // the room's flows held back: flow -> until (Unix us)
 )
 
-// Registry returns the key of the hash where named limiters under prefix
-// record their policies in code (see package throttle's registry.go).
+// Registry returns the key of the hash where limiters under prefix record
+// their names and policies in code (see package throttle's registry.go).
 func Registry(prefix string) string { return prefix + "limiters" }
+
+// liveMark ends a registry entry of limiters that apply stored policies.
+const liveMark = " live"
+
+// RegistryValue is a limiter's entry in the registry: its policy in code,
+// in short form, and whether it applies stored policies.
+func RegistryValue(form string, live bool) string {
+	if live {
+		return form + liveMark
+	}
+	return form
+}
+
+// RegistryEntry reads a registry entry back (see RegistryValue).
+func RegistryEntry(value string) (form string, live bool) {
+	form, live = strings.CutSuffix(value, liveMark)
+	return form, live
+}
 
 // HashedMark starts a caller key stored by its hash (WithKeyHashing). An
 // escaped caller key never contains it ('%' is always escaped to "%25"), so
@@ -184,3 +205,34 @@ var Inspecting any
 // throttle.ErrInvalidPolicy. Package throttle sets it when it is
 // initialised.
 var ParseConcurrency func(form string) (limit int, lease time.Duration, err error)
+
+// RoomWaiter reads a waiting room's entry for one waiter (common.lua's
+// waiting_info: "eligible|tag|u<units>|<length>|<flow><payload>"): its
+// fair-queueing tag, its units and its flow. ok is false for a waiter let
+// out already (its entry starts with '=') or an entry not of that form.
+func RoomWaiter(entry string) (tag int64, units int, flow string, ok bool) {
+	if strings.HasPrefix(entry, "=") {
+		return 0, 0, "", false
+	}
+	parts := strings.SplitN(entry, "|", 3)
+	if len(parts) != 3 {
+		return 0, 0, "", false
+	}
+	var err error
+	if tag, err = strconv.ParseInt(parts[1], 10, 64); err != nil {
+		return 0, 0, "", false
+	}
+	rest, units := parts[2], 1
+	if u, after, found := strings.Cut(rest, "|"); found && strings.HasPrefix(u, "u") {
+		if units, err = strconv.Atoi(u[1:]); err != nil || units < 1 {
+			return 0, 0, "", false
+		}
+		rest = after
+	}
+	length, rest, found := strings.Cut(rest, "|")
+	n, err := strconv.Atoi(length)
+	if !found || err != nil || n < 0 || n > len(rest) {
+		return 0, 0, "", false
+	}
+	return tag, units, rest[:n], true
+}
