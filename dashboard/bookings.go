@@ -84,9 +84,11 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 		if err != nil {
 			return b, err
 		}
-		if b.Flows, b.ExpectedWaitMs, err = waitroom.Read(ctx, h.client, state, policy, retryAfter, now); err != nil {
+		r, err := waitroom.Read(ctx, h.client, state, policy, retryAfter, now)
+		if err != nil {
 			return b, err
 		}
+		b.Waiting, b.Flows, b.ExpectedWaitMs = int64(r.Waiting), r.Flows, r.ExpectedWait.Milliseconds()
 	}
 	if generation.Err() == redis.Nil {
 		return b, nil // no ticket counts

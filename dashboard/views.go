@@ -42,8 +42,11 @@ type limiterView struct {
 	// Live: its processes apply stored policies (throttle.WithLivePolicies),
 	// as the registry of names says; a stored policy of a limiter that is
 	// not live is shown but not in force.
-	Live       bool `json:"live"`
-	registered bool // in the registry of names
+	Live bool `json:"live"`
+	// Rules are the worker's rules that use the limiter, by name, as the
+	// registry of names says.
+	Rules      []string `json:"rules"`
+	registered bool     // in the registry of names
 }
 
 // override is a policy stored for one caller key.
@@ -79,7 +82,7 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 		if v := views[name]; v != nil {
 			return v
 		}
-		v := &limiterView{Name: name, Kind: kindRate, Named: true}
+		v := &limiterView{Name: name, Kind: kindRate, Named: true, Rules: []string{}}
 		views[name] = v
 		return v
 	}
@@ -105,10 +108,14 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 	if err != nil {
 		return nil, err
 	}
-	for name, entry := range registered {
-		form, live := keyspace.RegistryEntry(entry)
+	for name, value := range registered {
+		entry, ok := keyspace.RegistryEntry(value)
+		if !ok {
+			continue // not the library's
+		}
+		form := entry.Policy
 		v := get(name)
-		v.Live, v.registered = live, true
+		v.Live, v.Rules, v.registered = entry.Live, entry.Rules, true
 		v.CodePolicy = cmp.Or(v.CodePolicy, form)
 		if v.Algorithm == "" {
 			v.Algorithm, _, _ = strings.Cut(form, ":") // before its keys are found

@@ -69,7 +69,7 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		return gate.Claimed{}, meters[0].unavailable(ctx, err)
 	}
 	for i, c := range out.Claims {
-		if parts[i].Req.Held != gate.HeldByTicket { // a booking was reported when it was made
+		if reportClaim(parts[i].Req, c) {
 			meters[i].observeGate(ctx, parts[i].Req.Key, parts[i].Req.N, began, specs[i], c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, nil)
 		}
 	}

@@ -84,7 +84,7 @@ func NewConcurrencyLimiter(client redis.UniversalClient, name string, p Concurre
 	}
 	form := fmt.Sprintf("conc:%d/%s", p.Limit, p.Lease)
 	c.fixed = form
-	c.register(keyspace.RegistryValue(form, false))
+	c.register(keyspace.Entry{Policy: form})
 	return &ConcurrencyLimiter{
 		conn:   c,
 		policy: p,

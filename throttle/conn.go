@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,9 +48,9 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
 }
 
-// register records the limiter in the registry of names with its entry
-// (keyspace.RegistryValue), unless a tool inspects its keys.
-func (c *conn) register(entry string) {
+// register records the limiter in the registry of names with its entry,
+// unless a tool inspects its keys.
+func (c *conn) register(entry keyspace.Entry) {
 	if !c.cfg.inspecting {
 		c.registry = newRegistration(c.cfg.prefix, c.cfg.name, entry)
 	}

@@ -60,9 +60,18 @@ func init() {
 		if err != nil {
 			return gate.Booking{}, err
 		}
+		began := l.began()
 		res, err := l.book(ctx, key, ticket{ID: id, Grace: grace, at: at.UnixMicro()}, n, slack)
 		if err != nil {
 			return gate.Booking{}, err
+		}
+		// The booking of a waiter's slot on one of its other rules, at its
+		// release: reported as the rule's decision for the task (its start
+		// by the booking is not reported again).
+		if l.cfg.observer != nil {
+			if sp, err := l.specFor(ctx, key); err == nil {
+				l.observe(ctx, OpReserve, key, n, began, Result{Allowed: res.OK, RetryAfter: res.RetryAfter, policy: sp}, nil)
+			}
 		}
 		b := gate.Booking{OK: res.OK, RetryAfter: res.RetryAfter, Cancel: res.Cancel}
 		if res.OK {
@@ -80,6 +89,18 @@ func init() {
 			return gate.Booking{}, err
 		}
 		return gate.Booking{OK: res.OK, Slot: res.slot, StartAt: res.StartAt, RetryAfter: res.RetryAfter, Cancel: res.Cancel}, nil
+	}
+	gate.UsedByRule = func(limiter any, rule string) {
+		var c *conn
+		switch l := limiter.(type) {
+		case *Limiter:
+			c = &l.conn
+		case *ConcurrencyLimiter:
+			c = &l.conn
+		}
+		if c != nil && c.registry != nil {
+			c.registry.addRule(rule)
+		}
 	}
 	gate.ClientOf = func(limiter any) any {
 		switch l := limiter.(type) {
@@ -143,6 +164,13 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	// each task's start once.
 	l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
 	return s, err
+}
+
+// reportClaim reports whether a claim is a decision of its own for the
+// limiter's observer: all are but a task's start by the booking its ticket
+// holds (Admitted by a ticket), which was reported when it was booked.
+func reportClaim(req gate.ClaimRequest, c gate.Claim) bool {
+	return req.Held != gate.HeldByTicket || c.Status != gate.Admitted
 }
 
 // observeGate reports a task's start or claim on a meter to the limiter's
@@ -214,7 +242,7 @@ func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim,
 	}
 	began := l.began()
 	c, err := l.claim(ctx, sp, req)
-	if req.Held != gate.HeldByTicket { // a booking was reported when it was made
+	if err != nil || reportClaim(req, c) {
 		l.observeGate(ctx, req.Key, req.N, began, sp, c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, err)
 	}
 	return c, err

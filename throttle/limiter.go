@@ -75,7 +75,7 @@ func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*
 		return nil, err
 	}
 	l := &Limiter{conn: c, spec: *sp, id: name + "@" + sp.kind}
-	l.register(keyspace.RegistryValue(sp.form, c.cfg.live))
+	l.register(keyspace.Entry{Policy: sp.form, Live: c.cfg.live})
 	if c.cfg.live {
 		l.live = newLive(c.cfg.prefix, name, sp.kind)
 	}

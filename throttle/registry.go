@@ -2,6 +2,8 @@ package throttle
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,9 +13,8 @@ import (
 // The registry of limiter names: one hash per prefix,
 // keyspace.Registry(prefix), whose fields are the names of the limiters
 // that decided under the prefix and whose values are their policies in
-// code, in the short form ParsePolicy reads ("gcra:10/1s:1",
-// "conc:3/30s"), followed by " live" for limiters created with
-// WithLivePolicies (keyspace.RegistryValue). A named limiter's keys carry its name and algorithm, not
+// code, whether they apply stored policies (WithLivePolicies) and the
+// worker's rules that use them, as JSON (keyspace.Entry). A named limiter's keys carry its name and algorithm, not
 // its policy: throttlectl and the dashboard read the registry to know
 // what a name's limit is when no policy is stored for it. Each limiter
 // writes its entry in the background on its first decision and again
@@ -32,13 +33,35 @@ const (
 // registration is a limiter's entry in the registry. Safe for concurrent
 // use.
 type registration struct {
-	key, name, policy string
-	due               atomic.Int64 // when the next write is due, in Unix ns; 0 at first
-	busy              atomic.Bool
+	key, name string
+	due       atomic.Int64 // when the next write is due, in Unix ns; 0 at first
+	busy      atomic.Bool
+
+	mu    sync.Mutex
+	entry keyspace.Entry
 }
 
-func newRegistration(prefix, name, policy string) *registration {
-	return &registration{key: keyspace.Registry(prefix), name: name, policy: policy}
+func newRegistration(prefix, name string, entry keyspace.Entry) *registration {
+	return &registration{key: keyspace.Registry(prefix), name: name, entry: entry}
+}
+
+// addRule records that a worker's rule uses the limiter, and has the entry
+// written again on the next decision.
+func (r *registration) addRule(rule string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Contains(r.entry.Rules, rule) {
+		r.entry.Rules = append(r.entry.Rules, rule)
+		slices.Sort(r.entry.Rules)
+		r.due.Store(0)
+	}
+}
+
+// value returns the entry as the registry stores it.
+func (r *registration) value() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.entry.Value()
 }
 
 // noteUse writes the limiter's entry in the background when it is due.
@@ -53,7 +76,7 @@ func (c *conn) noteUse() {
 		ctx, cancel := context.WithTimeout(context.Background(), registryLimit)
 		defer cancel()
 		pipe := c.client.Pipeline()
-		pipe.HSet(ctx, r.key, r.name, r.policy)
+		pipe.HSet(ctx, r.key, r.name, r.value())
 		pipe.Expire(ctx, r.key, registryTTL)
 		next := registryEvery
 		if _, err := pipe.Exec(ctx); err != nil {

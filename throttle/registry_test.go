@@ -37,7 +37,11 @@ func TestLimitersRecordTheirNames(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	defer lease.Release(ctx)
-	want := map[string]string{"partner-api": "gcra:10/1s:5 live", "emails": "fw:100/1h", "exports": "conc:3/30s"}
+	want := map[string]keyspace.Entry{
+		"partner-api": {Policy: "gcra:10/1s:5", Live: true},
+		"emails":      {Policy: "fw:100/1h"},
+		"exports":     {Policy: "conc:3/30s"},
+	}
 	var got map[string]string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if got, err = tg.Client.HGetAll(ctx, registry).Result(); err != nil {
@@ -51,13 +55,13 @@ func TestLimitersRecordTheirNames(t *testing.T) {
 		t.Fatalf("registry %v, want %v", got, want)
 	}
 	for name, entry := range want {
-		if got[name] != entry {
-			t.Errorf("registry entry of %q: %q, want %q", name, got[name], entry)
+		if e, ok := keyspace.RegistryEntry(got[name]); !ok || e.Policy != entry.Policy || e.Live != entry.Live || len(e.Rules) != 0 {
+			t.Errorf("registry entry of %q: %q, want %+v", name, got[name], entry)
 		}
 	}
-	form, live := keyspace.RegistryEntry(got["partner-api"])
-	if p, err := throttle.ParsePolicy(form); err != nil || p != partner.Policy() || !live {
-		t.Errorf("partner-api's entry reads back as %v, %v, live %v", p, err, live)
+	e, _ := keyspace.RegistryEntry(got["partner-api"])
+	if p, err := throttle.ParsePolicy(e.Policy); err != nil || p != partner.Policy() {
+		t.Errorf("partner-api's entry reads back as %v, %v", p, err)
 	}
 	if ttl := tg.Client.TTL(ctx, registry).Val(); ttl < 29*24*time.Hour {
 		t.Errorf("the registry's TTL is %s, want about 30 days", ttl)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -70,5 +71,54 @@ func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEveryRuleATaskPassedCountsIt: under a per-tenant limit and an
+// overall one shared fairly (the tasks wait in the overall rule's room and
+// are booked on the per-tenant rule as they are let out), each limiter's
+// observer sees one admitted decision per task and tenant, so that
+// metrics and the dashboard count every limit a task passed (before, the
+// per-tenant limiter reported nothing). A task that misses its slot is
+// booked again: up to a tenth more is allowed.
+func TestEveryRuleATaskPassedCountsIt(t *testing.T) {
+	tg := redistest.New(t)
+	var mu sync.Mutex
+	admitted := map[string]int{} // limiter/key
+	obs := throttle.ObserverFunc(func(d throttle.Decision) {
+		if d.Outcome == throttle.Admitted && d.Op != throttle.OpPeek {
+			mu.Lock()
+			admitted[d.Limiter+"/"+d.Key]++
+			mu.Unlock()
+		}
+	})
+	perTenant := namedRateLimiter(t, tg, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, throttle.WithObserver(obs))
+	overall := namedRateLimiter(t, tg, "partner-overall", throttle.GCRA{Rate: throttle.PerSecond(15), Burst: 1}, throttle.WithObserver(obs))
+	tenant := worker.ByPayloadField("tenant")
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(tenant)),
+		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(tenant)),
+	})
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 2, 5, th, log.Handler(time.Millisecond))
+	tasks := map[string]int{"acme": 20, "globex": 10, "initech": 10}
+	total := 0
+	for name, n := range tasks {
+		for range n {
+			f.Enqueue(t, "partner:sync", map[string]string{"tenant": name})
+		}
+		total += n
+	}
+	f.WaitDone(t, &log, total, 30*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("figures: admitted decisions by limiter and key: %v", admitted)
+	for name, n := range tasks {
+		if got := admitted["partner-per-tenant/"+name]; got < n || got > n+n/10 {
+			t.Errorf("partner-per-tenant, %s: %d admitted decisions for %d tasks", name, got, n)
+		}
+	}
+	if got := admitted["partner-overall/all"]; got < total || got > total+total/10 {
+		t.Errorf("partner-overall: %d admitted decisions for %d tasks", got, total)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/waitroom"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -308,15 +309,4 @@ func Weights(weight func(flow string) int) RuleOption {
 
 // interval is the time between two units of the rule's meter, for the
 // estimates of waiting times; 0 for other rules.
-func (r *Rule) interval() time.Duration {
-	var rate throttle.Rate
-	switch p := r.limiter.Policy().(type) {
-	case throttle.GCRA:
-		rate = p.Rate
-	case throttle.TokenBucket:
-		rate = p.Rate
-	default:
-		return 0
-	}
-	return rate.Per / time.Duration(rate.N)
-}
+func (r *Rule) interval() time.Duration { return waitroom.Interval(r.limiter.Policy()) }

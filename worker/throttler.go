@@ -101,6 +101,9 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 	for _, r := range rules {
 		if r.conc != nil {
 			gate.OnCapCall(r.conc, t.callBack)
+			gate.UsedByRule(r.conc, r.name)
+		} else {
+			gate.UsedByRule(r.limiter, r.name)
 		}
 	}
 	t.dispatch.self = gate.Dispatcher{ID: dispatcherID(), Lease: dispatcherLease}

@@ -233,12 +233,12 @@ func (a *app) policyOf(client redis.UniversalClient, info keyInfo, inCode map[st
 // only, when none does.
 func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, name, caller string, inCode map[string]string) (policy, error) {
 	p := policy{name: name}
-	entry, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
-	registered := err == nil
+	value, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return policy{}, err
 	}
-	form, live := keyspace.RegistryEntry(entry)
+	entry, registered := keyspace.RegistryEntry(value)
+	form, live := entry.Policy, entry.Live
 	if !registered || live {
 		// A stored policy is in force, for limiters that apply them (or
 		// when nothing says they do not).
@@ -247,7 +247,7 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 			return policy{}, err
 		}
 		if stored != nil {
-			p.rate = stored
+			p.rate, p.source, p.rules = stored, "stored", entry.Rules
 			return p, nil
 		}
 	}
@@ -255,14 +255,14 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 		if p, err = parsePolicy(form); err != nil {
 			return policy{}, fmt.Errorf("the registry of names holds %q for the limiter %q: %w", form, name, err)
 		}
-		p.name = name
+		p.name, p.source, p.rules = name, "code", entry.Rules
 		return p, nil
 	}
 	if inCode[name] != "" {
 		if p, err = parsePolicy(inCode[name]); err != nil {
 			return policy{}, usagef("--config, limiter %q: %v", name, err)
 		}
-		p.name = name
+		p.name, p.source = name, "--config"
 	}
 	return p, nil
 }

@@ -197,11 +197,14 @@ func fails(t *testing.T, r result, code int, says string) {
 
 // peekJSON is peek's --json output as a script would read it.
 type peekJSON struct {
-	Key      string `json:"key"`
-	Limiter  string `json:"limiter"`
-	RedisKey string `json:"redis_key"`
-	Policy   string `json:"policy"`
-	Kind     string `json:"kind"`
+	Key     string `json:"key"`
+	Limiter string `json:"limiter"`
+	// PolicySource: where the policy comes from.
+	PolicySource string   `json:"policy_source"`
+	Rules        []string `json:"rules"`
+	RedisKey     string   `json:"redis_key"`
+	Policy       string   `json:"policy"`
+	Kind         string   `json:"kind"`
 	peekLimits
 	Throttled      bool   `json:"throttled"`
 	Allowed        bool   `json:"allowed"`

@@ -19,7 +19,14 @@ type jsonState struct {
 	RedisKey string `json:"redis_key"`
 	Limiter  string `json:"limiter"` // the limiter's name
 	Policy   string `json:"policy"`  // the policy in force
-	Kind     string `json:"kind"`    // "rate" or "concurrency"
+	// PolicySource says where the policy comes from: "stored" (throttlectl
+	// set), "code" (its processes, in the registry of names), "--policy"
+	// or "--config".
+	PolicySource string `json:"policy_source"`
+	// Rules are the worker's rules that use the limiter, as its processes
+	// recorded them in the registry of names.
+	Rules []string `json:"rules"`
+	Kind  string   `json:"kind"` // "rate" or "concurrency"
 	// The policy's numbers; each is left out where the policy has none.
 	Rate          string  `json:"rate,omitempty"`            // "10/1s"; a window's "25/1m"; a quota's "1000/day"
 	RatePerSecond float64 `json:"rate_per_second,omitempty"` // the rate in units per second (on average, for a window)
@@ -65,6 +72,8 @@ func toJSON(s state) jsonState {
 		RedisKey:     s.redisKey,
 		Limiter:      s.name,
 		Policy:       s.policy,
+		PolicySource: s.source,
+		Rules:        append([]string{}, s.rules...),
 		Kind:         "rate",
 		Throttled:    s.throttled(),
 		Allowed:      s.allowed,
@@ -121,17 +130,20 @@ func (a *app) writePeek(s state) error {
 	}
 	tw := newTable(a.stdout)
 	if s.concurrency {
-		row(tw, "KEY", "LIMITER", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
-		row(tw, display(s.caller), display(s.name), s.policy, yesNo(s.allowed), fraction(s.holders(), s.limit),
+		row(tw, "KEY", "LIMITER", "POLICY", "FROM", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+		row(tw, display(s.caller), display(s.name), s.policy, s.source, yesNo(s.allowed), fraction(s.holders(), s.limit),
 			strconv.Itoa(s.remaining), short(s.retryAfter), short(s.resetAfter))
 	} else {
 		headers, cells := s.limits.columns()
-		row(tw, "KEY", "LIMITER", "POLICY", headers[0], headers[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-		row(tw, display(s.caller), display(s.name), s.policy, cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
+		row(tw, "KEY", "LIMITER", "POLICY", "FROM", headers[0], headers[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+		row(tw, display(s.caller), display(s.name), s.policy, s.source, cells[0], cells[1], yesNo(s.allowed), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), short(s.blockedFor))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(s.rules) > 0 {
+		fmt.Fprintf(a.stdout, "The worker's rules using %s: %s.\n", display(s.name), strings.Join(s.rules, ", "))
 	}
 	return a.writeWaiting(s)
 }
@@ -190,13 +202,13 @@ func (a *app) writeTop(states []state, f found) error {
 		return err
 	}
 	tw := newTable(a.stdout)
-	row(tw, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
+	row(tw, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
 	for _, s := range states {
 		blocked := short(s.blockedFor)
 		if s.concurrency {
 			blocked = "-"
 		}
-		row(tw, display(s.caller), display(s.name), s.policy, s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
+		row(tw, display(s.caller), display(s.name), s.policy, s.source, s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
 			short(s.retryAfter), short(s.resetAfter), blocked, waitingCell(s))
 	}
 	return tw.Flush()

@@ -74,9 +74,9 @@ func TestThrottlectlPeek(t *testing.T) {
 
 			r := c.ok("peek", "--name", pol(tc.flag), "--policy", tc.flag, tc.caller)
 			columns := strings.Fields(tc.columns)
-			rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", columns[0], columns[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
-			want := []string{tc.caller, l.Name(), tc.id, columns[2], columns[3], map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
-			if len(rows) != 2 || strings.Join(rows[1][:7], " ") != strings.Join(want, " ") || rows[1][9] != "0s" {
+			rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "FROM", columns[0], columns[1], "ALLOWED", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR")
+			want := []string{tc.caller, l.Name(), tc.id, "--policy", columns[2], columns[3], map[bool]string{true: "no", false: "yes"}[throttled], itoa(tc.remaining) + "/" + itoa(tc.limit)}
+			if len(rows) != 2 || strings.Join(rows[1][:8], " ") != strings.Join(want, " ") || rows[1][10] != "0s" {
 				t.Errorf("peek table rows %q, want a row starting %q", rows, want)
 			}
 		})
@@ -100,8 +100,8 @@ func TestThrottlectlPeekConcurrency(t *testing.T) {
 		t.Errorf("peek --json: %+v", got)
 	}
 	r := c.ok("peek", "--name", pol("conc:3/1h"), "--policy", "conc:3/1h", "tenant-9")
-	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
-	if want := "tenant-9 conc:3/1h0m0s conc:3/1h0m0s yes 2/3 1 0s"; len(rows) != 2 || strings.Join(rows[1][:7], " ") != want {
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "FROM", "ALLOWED", "HOLDERS", "FREE", "RETRY-AFTER", "RESET-AFTER")
+	if want := "tenant-9 conc:3/1h0m0s conc:3/1h0m0s --policy yes 2/3 1 0s"; len(rows) != 2 || strings.Join(rows[1][:8], " ") != want {
 		t.Errorf("peek table rows %q, want %q", rows, want)
 	}
 

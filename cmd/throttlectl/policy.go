@@ -16,6 +16,10 @@ type policy struct {
 	rate throttle.Policy      // nil for a concurrency cap, or before the policy is looked up
 	conc throttle.Concurrency // zero for a rate policy
 	name string               // the limiter's name
+	// source says where the policy comes from: "stored" (throttlectl set),
+	// "code" (the registry of names), "--policy" or "--config".
+	source string
+	rules  []string // the worker's rules that use the limiter (the registry's)
 }
 
 // known reports whether the policy is known, not only the name.
@@ -84,7 +88,7 @@ func namedPolicy(name, flag string) (policy, error) {
 	if err != nil {
 		return policy{}, usagef("--policy: %v", err)
 	}
-	p.name = name
+	p.name, p.source = name, "--policy"
 	return p, nil
 }
 
@@ -119,6 +123,7 @@ func policyFromConfig(path, limiter string) (policy, error) {
 	if err != nil {
 		return policy{}, usagef("--config %s, limiter %q: %v", path, limiter, err)
 	}
+	p.source = "--config"
 	return p, nil
 }
 

@@ -58,9 +58,11 @@ func (l *limiter) key(caller string) string {
 type state struct {
 	caller      string
 	redisKey    string
-	policy      string // in force
-	absent      bool   // no state in Redis: the key is full
-	name        string // a named limiter's name
+	policy      string   // in force
+	source      string   // where policy comes from (see policy.source)
+	rules       []string // the worker's rules that use the limiter
+	absent      bool     // no state in Redis: the key is full
+	name        string   // a named limiter's name
 	concurrency bool
 	limits      limits // the policy's rate and burst, or limit and window
 	allowed     bool   // one unit (one slot) would be admitted now
@@ -89,7 +91,7 @@ func (s state) holders() int { return s.limit - s.remaining }
 
 // peek reads caller's state without changing it.
 func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
-	s := state{caller: caller, redisKey: l.key(caller), policy: l.id, name: l.name, concurrency: l.conc != nil}
+	s := state{caller: caller, redisKey: l.key(caller), policy: l.id, source: l.spec.source, rules: l.spec.rules, name: l.name, concurrency: l.conc != nil}
 	var r throttle.Result
 	var err error
 	if l.conc != nil {
@@ -140,8 +142,8 @@ func (l *limiter) readWaiting(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	flows, last, err := waitroom.Read(ctx, l.client, s.redisKey, p, s.retryAfter, now)
-	s.flows, s.expectedWait = flows, time.Duration(last)*time.Millisecond
+	r, err := waitroom.Read(ctx, l.client, s.redisKey, p, s.retryAfter, now)
+	s.waiting, s.flows, s.expectedWait = r.Waiting, r.Flows, r.ExpectedWait
 	return err
 }
 

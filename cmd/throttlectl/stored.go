@@ -80,11 +80,11 @@ func runGet(a *app, args []string) error {
 // lets it through. For set, it notes on stderr when the name's limiters do
 // not apply stored policies.
 func (a *app) checkName(ctx context.Context, client redis.UniversalClient, s *throttle.PolicyStore, name string) error {
-	entry, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
-	registered := err == nil
+	value, err := client.HGet(ctx, keyspace.Registry(a.prefix), name).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
+	entry, registered := keyspace.RegistryEntry(value)
 	st, err := s.Get(ctx, name)
 	if err != nil {
 		return storeError(a.command.name, err)
@@ -97,7 +97,7 @@ func (a *app) checkName(ctx context.Context, client redis.UniversalClient, s *th
 		}
 		return usagef("%s: no limiter called %q has decided under the prefix %q: %s", a.command.name, name, a.prefix, hint)
 	}
-	if _, live := keyspace.RegistryEntry(entry); registered && !live && a.command.name == "set" {
+	if registered && !entry.Live && a.command.name == "set" {
 		fmt.Fprintf(a.stderr, "throttlectl: note: the limiters called %q were created without throttle.WithLivePolicies: they do not apply stored policies\n", name)
 	}
 	return nil

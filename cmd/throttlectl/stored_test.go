@@ -149,7 +149,7 @@ func TestTopPeeksNamedLimiters(t *testing.T) {
 	c.waitRegistered(1)
 	var listed []jsonState
 	c.okJSON(&listed, "top")
-	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
+	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || listed[0].PolicySource != "code" || !listed[0].Throttled {
 		t.Errorf("top = %+v", listed)
 	}
 	// Known from --config only: nothing in the registry.
@@ -163,12 +163,12 @@ func TestTopPeeksNamedLimiters(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "limits.json")
 	writeJSON(t, config, map[string]string{"exports": "gcra:1/1m:1"})
 	c.okJSON(&listed, "top", "--config", config)
-	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || !listed[0].Throttled {
+	if len(listed) != 1 || listed[0].Key != "acme" || listed[0].Limiter != "exports" || listed[0].Policy != "gcra:1/1m:1" || listed[0].PolicySource != "--config" || !listed[0].Throttled {
 		t.Errorf("top --config = %+v", listed)
 	}
 	c.ok("set", "--new", "exports", "gcra:2/1m:2") // the registry is gone: nothing says the name is used
 	c.okJSON(&listed, "top", "--all")
-	if len(listed) != 1 || listed[0].Policy != "gcra:2/1m:2" || listed[0].Remaining != 1 {
+	if len(listed) != 1 || listed[0].Policy != "gcra:2/1m:2" || listed[0].PolicySource != "stored" || listed[0].Remaining != 1 {
 		t.Errorf("top with a stored policy = %+v", listed)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,20 +110,21 @@ func TestThrottlectlTop(t *testing.T) {
 	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
-	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
 	if len(rows) != 6 {
 		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
 	}
 	for i, want := range scene.throttled {
-		got := strings.Join(append([]string{rows[i+1][0]}, rows[i+1][2:5]...), " ")
-		if got != want.key+" "+want.policy+" "+want.rateBurst || rows[i+1][1] != pol(want.policy) {
-			t.Errorf("top row %d: %q, want %s %s %s %s", i+1, rows[i+1], want.key, pol(want.policy), want.policy, want.rateBurst)
+		row := rows[i+1]
+		got := strings.Join([]string{row[0], row[2], row[4], row[5]}, " ")
+		if got != want.key+" "+want.policy+" "+want.rateBurst || row[1] != pol(want.policy) || row[3] != "code" {
+			t.Errorf("top row %d: %q, want %s %s %s from code %s", i+1, row, want.key, pol(want.policy), want.policy, want.rateBurst)
 		}
 	}
-	if blocked := rows[4][8]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
+	if blocked := rows[4][9]; !strings.HasPrefix(blocked, "19m") && blocked != "20m0s" {
 		t.Errorf("top: tenant-d blocked for %q, want about 20m", blocked)
 	}
-	if rows[5][8] != "-" || rows[5][5] != "0/2" {
+	if rows[5][9] != "-" || rows[5][6] != "0/2" {
 		t.Errorf("top: concurrency row %q", rows[5])
 	}
 }
@@ -269,12 +271,13 @@ func TestTopShowsTasksWaiting(t *testing.T) {
 			t.Errorf("flow %+v of %+v", fl, got)
 		}
 	}
-	if !got.Throttled || got.Limiter != "partner-overall" || got.Key != "all" || sum != got.Waiting ||
+	if !got.Throttled || got.Limiter != "partner-overall" || got.Key != "all" || sum != got.Waiting || !slices.Equal(got.Rules, []string{"overall"}) ||
 		got.ExpectedWaitUS < int64(got.Waiting-1)*200_000 {
 		t.Errorf("top --json: %+v; want the key throttled, its tasks waiting by tenant, the last in at least (waiting-1) × 200ms", got)
 	}
 	r := c.ok("peek", "--name", "partner-overall", "all")
-	if !strings.Contains(r.stdout, "tasks wait in the key's waiting room") || !strings.Contains(r.stdout, "FLOW") || !strings.Contains(r.stdout, "initech") {
+	if !strings.Contains(r.stdout, "tasks wait in the key's waiting room") || !strings.Contains(r.stdout, "FLOW") || !strings.Contains(r.stdout, "initech") ||
+		!strings.Contains(r.stdout, "The worker's rules using partner-overall: overall.") {
 		t.Errorf("peek of a key with tasks waiting:\n%s", r.stdout)
 	}
 }

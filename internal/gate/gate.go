@@ -307,4 +307,8 @@ var (
 	// ClientOf returns the client a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any
+	// UsedByRule records in the limiter's entry of the registry of names
+	// that the worker's rule uses it (a *throttle.Limiter or
+	// *throttle.ConcurrencyLimiter; others are passed over).
+	UsedByRule func(limiter any, rule string)
 )

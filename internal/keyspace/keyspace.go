@@ -7,6 +7,7 @@ package keyspace
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -34,22 +35,30 @@ const (
 // their names and policies in code (see package throttle's registry.go).
 func Registry(prefix string) string { return prefix + "limiters" }
 
-// liveMark ends a registry entry of limiters that apply stored policies.
-const liveMark = " live"
-
-// RegistryValue is a limiter's entry in the registry: its policy in code,
-// in short form, and whether it applies stored policies.
-func RegistryValue(form string, live bool) string {
-	if live {
-		return form + liveMark
-	}
-	return form
+// Entry is a limiter's entry in the registry of names, stored as JSON.
+type Entry struct {
+	// Policy is the limiter's policy in code, in the short form
+	// ParsePolicy reads ("gcra:10/1s:1", "conc:3/30s").
+	Policy string `json:"policy"`
+	// Live: the limiter applies stored policies (WithLivePolicies).
+	Live bool `json:"live,omitempty"`
+	// Rules are the worker's rules that use the limiter, by name.
+	Rules []string `json:"rules,omitempty"`
 }
 
-// RegistryEntry reads a registry entry back (see RegistryValue).
-func RegistryEntry(value string) (form string, live bool) {
-	form, live = strings.CutSuffix(value, liveMark)
-	return form, live
+// Value returns e as the registry stores it.
+func (e Entry) Value() string {
+	b, _ := json.Marshal(e) // strings and a bool: never fails
+	return string(b)
+}
+
+// RegistryEntry reads a registry entry back (see Entry.Value); ok is false
+// for a value not of that form.
+func RegistryEntry(value string) (e Entry, ok bool) {
+	if err := json.Unmarshal([]byte(value), &e); err != nil || e.Policy == "" {
+		return Entry{}, false
+	}
+	return e, true
 }
 
 // HashedMark starts a caller key stored by its hash (WithKeyHashing). An

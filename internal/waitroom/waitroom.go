@@ -32,17 +32,20 @@ type Flow struct {
 // Read reads the waiting room of a meter key: its waiters in the
 // order the room lets them out (start-time fair queueing tags), and
 // returns for each flow, by flow, its count, first place and the expected
-// wait of its last waiter, and the expected wait of the room's last, in
-// milliseconds. The wait of a waiter is the key's retry-after, plus the units of
+// wait of its last waiter, and the expected wait of the room's last. The wait of a waiter is the key's retry-after, plus the units of
 // the waiters before it at the policy's interval, or until its flow is no
 // longer held back, whichever is later.
-func Read(ctx context.Context, client redis.UniversalClient, state string, policy throttle.Policy, retryAfter time.Duration, now time.Time) ([]Flow, int64, error) {
+func Read(ctx context.Context, client redis.UniversalClient, state string, policy throttle.Policy, retryAfter time.Duration, now time.Time) (Room, error) {
 	interval := Interval(policy)
-	pipe := client.Pipeline()
+	// One transaction, so that the count and the waiters are of one
+	// moment (the keys share the state key's hash tag: one Cluster slot).
+	pipe := client.TxPipeline()
+	room := pipe.ZCard(ctx, state+keyspace.RoomSuffix)
+	aside := pipe.ZCard(ctx, state+keyspace.AsideSuffix)
 	entries := pipe.HGetAll(ctx, state+keyspace.WaitersSuffix)
 	held := pipe.HGetAll(ctx, state+keyspace.HeldSuffix)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, 0, err
+		return Room{}, err
 	}
 	type waiter struct {
 		tag   int64
@@ -74,12 +77,23 @@ func Read(ctx context.Context, client redis.UniversalClient, state string, polic
 		f.ExpectedWaitMs = max(f.ExpectedWaitMs, wait.Milliseconds())
 		last = max(last, wait.Milliseconds())
 	}
-	flows := make([]Flow, 0, len(byFlow))
+	r := Room{Waiting: int(room.Val() + aside.Val()), Flows: make([]Flow, 0, len(byFlow)), ExpectedWait: time.Duration(last) * time.Millisecond}
 	for _, f := range byFlow {
-		flows = append(flows, *f)
+		r.Flows = append(r.Flows, *f)
 	}
-	slices.SortFunc(flows, func(a, b Flow) int { return cmp.Compare(a.Flow, b.Flow) })
-	return flows, last, nil
+	slices.SortFunc(r.Flows, func(a, b Flow) int { return cmp.Compare(a.Flow, b.Flow) })
+	return r, nil
+}
+
+// Room is a key's waiting room at one moment.
+type Room struct {
+	// Waiting counts the tasks in the room (and set aside there).
+	Waiting int
+	// Flows are its flows, by flow.
+	Flows []Flow
+	// ExpectedWait is when the room's last waiter is expected to start,
+	// from now.
+	ExpectedWait time.Duration
 }
 
 // Interval is the time between two units of a TokenBucket or GCRA
