@@ -172,6 +172,10 @@
     $("ahead").textContent = !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
       "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + tickets.length + " ticket" + (tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
     fill($("bookings").tBodies[0], tickets.map((t) => [t.ticket, isoTime(t.untilMs), num(fmtMs(t.inMs))]));
+    const flows = b.flows || [];
+    $("room").textContent = !b.meter ? "Only TokenBucket and GCRA keys have a waiting room." : b.waiting === 0 ? "No task waits in this key's waiting room." :
+      b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " wait; the last is expected to start in " + fmtMs(b.expectedWaitMs) + ", at the policy in force.";
+    fill($("waiting").tBodies[0], flows.map((f) => [f.flow, num(String(f.waiting)), num(String(f.first)), num(fmtMs(f.expectedWaitMs))]));
   }
 
   function actions() {
