@@ -100,10 +100,11 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
 
 // produceClaimed produces the batch of a tick this replica has claimed,
 // renewing the claim meanwhile. A batch done to its end, or stopped by its
-// producer's own failure, is marked done. One cut short (the scheduler is
-// stopping, or tasks could not be booked or enqueued) is released, and
-// another replica, or this one, takes it over and produces it again: its
-// task IDs make that run enqueue only what is missing.
+// producer's own failure, is marked done, even when the scheduler is
+// stopping meanwhile. One cut short (its producer stopped by the stop, or
+// tasks that could not be booked or enqueued) is released, and another
+// replica, or this one, takes it over and produces it again: its task IDs
+// make that run enqueue only what is missing.
 func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time) {
 	c := s.claimsOf(e.name)
 	done := make(chan struct{})
@@ -113,7 +114,9 @@ func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time
 	if err != nil {
 		s.report(&EntryError{Entry: e.name, Tick: tick, Err: err})
 	}
-	if unfinished || ctx.Err() != nil {
+	if unfinished || (err != nil && ctx.Err() != nil) {
+		// (A batch enqueued whole as the stop came is done: released, it
+		// would be produced again by another replica.)
 		s.release(ctx, c, tick.UnixMicro())
 		return
 	}
