@@ -20,7 +20,7 @@ var blockScript = limiterScript("block")
 // [WithLivePolicies], be changed while it runs ([PolicyStore]).
 // Each decision is one Lua script, run atomically on the Redis server with
 // the server's clock. A Limiter is safe for concurrent use; create one per
-// policy and reuse it. The zero Limiter is not usable: call [New].
+// limit (one name) and reuse it. The zero Limiter is not usable: call [New].
 type Limiter struct {
 	conn
 	spec   spec       // the policy in code
