@@ -36,9 +36,9 @@ type Rule struct {
 // back to the head of its queue at it: rescheduled tasks return one by one
 // at the rate. A task under several such rules, or under one with
 // [FairBy], or under one whose limiter applies live policies
-// (throttle.WithLivePolicies: its policy may change while tasks wait), waits for its turn in the waiting
-// room of one of them instead, released at the policy in force (see the
-// package documentation). With the other policies a throttled
+// (throttle.WithLivePolicies: its policy may change while tasks wait),
+// waits for its turn in the waiting room of one of them instead, released
+// at the policy in force (see the package documentation). With the other policies a throttled
 // task returns after the limiter's RetryAfter, spread by a random jitter
 // of up to that much again (at least 1 s, at most 30 s).
 func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
