@@ -35,7 +35,7 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		together = together && l.client == meters[0].client
 	}
 	if _, single := meters[0].client.(*redis.Client); !together || !single || (len(parts) == 1 && entry == nil) {
-		return claimInTurn(ctx, parts, entry)
+		return claimInTurn(ctx, parts, meters, specs, entry)
 	}
 	began := meters[0].began()
 	var keys []string
@@ -68,18 +68,34 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 	if err != nil {
 		return gate.Claimed{}, meters[0].unavailable(ctx, err)
 	}
-	for i, c := range out.Claims {
-		if reportClaim(parts[i].Req, c) {
+	observeClaims(ctx, parts, meters, specs, out.Claims, began)
+	return out, nil
+}
+
+// observeClaims reports a task's claims under several meters to their
+// limiters' observers once the outcome is known: when every meter admitted
+// the task, each claim (but a start by a booking, reported when it was
+// booked); when one refused, only that one, as throttled, the claims
+// before it having been given back.
+func observeClaims(ctx context.Context, parts []gate.ClaimPart, meters []*Limiter, specs []*spec, claims []gate.Claim, began time.Time) {
+	if len(claims) == 0 {
+		return
+	}
+	last := claims[len(claims)-1]
+	all := len(claims) == len(parts) && (last.Status == gate.Taken || last.Status == gate.Admitted)
+	for i, c := range claims {
+		if (all || i == len(claims)-1) && reportClaim(parts[i].Req, c) {
 			meters[i].observeGate(ctx, parts[i].Req.Key, parts[i].Req.N, began, specs[i], c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, nil)
 		}
 	}
-	return out, nil
 }
 
 // claimInTurn claims under each meter in turn, and enters the room, as
 // claimAll does in one call.
-func claimInTurn(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (gate.Claimed, error) {
+func claimInTurn(ctx context.Context, parts []gate.ClaimPart, meters []*Limiter, specs []*spec, entry *gate.Entry) (gate.Claimed, error) {
 	var out gate.Claimed
+	began := meters[0].began()
+	defer func() { observeClaims(ctx, parts, meters, specs, out.Claims, began) }()
 	giveBack := func() {
 		for i := len(out.Claims) - 1; i >= 0; i-- {
 			p := parts[i]
@@ -91,9 +107,11 @@ func claimInTurn(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry)
 		if i > 0 {
 			req.At = out.Claims[0].Slot
 		}
-		c, err := claim(ctx, p.Limiter, req)
+		c, err := meters[i].claim(ctx, specs[i], req)
 		if err != nil {
 			giveBack()
+			out.Claims = nil
+			meters[i].observeGate(ctx, req.Key, req.N, began, specs[i], false, time.Time{}, err)
 			return gate.Claimed{}, err
 		}
 		if c.Status == gate.Taken || c.Status == gate.Admitted {

@@ -235,19 +235,6 @@ func undoStart(ctx context.Context, limiter any, key string, n int, held int, wa
 	return nil
 }
 
-func claim(ctx context.Context, limiter any, req gate.ClaimRequest) (gate.Claim, error) {
-	l, sp, err := meterFor(ctx, limiter, req.Key)
-	if err != nil {
-		return gate.Claim{}, err
-	}
-	began := l.began()
-	c, err := l.claim(ctx, sp, req)
-	if err != nil || reportClaim(req, c) {
-		l.observeGate(ctx, req.Key, req.N, began, sp, c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, err)
-	}
-	return c, err
-}
-
 func (l *Limiter) claim(ctx context.Context, sp *spec, req gate.ClaimRequest) (gate.Claim, error) {
 	if err := validRequest(req.Key, req.N, sp.capacity); err != nil {
 		return gate.Claim{}, err
