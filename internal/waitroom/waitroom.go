@@ -29,12 +29,13 @@ type Flow struct {
 	ExpectedWaitMs int64 `json:"expectedWaitMs"`
 }
 
-// Read reads the waiting room of a meter key: its waiters in the
-// order the room lets them out (start-time fair queueing tags), and
-// returns for each flow, by flow, its count, first place and the expected
-// wait of its last waiter, and the expected wait of the room's last. The wait of a waiter is the key's retry-after, plus the units of
-// the waiters before it at the policy's interval, or until its flow is no
-// longer held back, whichever is later.
+// Read reads the waiting room of a meter key: its waiters in the order the
+// room lets them out (start-time fair queueing tags), and returns for each
+// flow, by flow, its count, first place and the expected wait of its last
+// waiter, and the expected wait of the room's last. The wait of a waiter
+// is the key's retry-after plus the units of the waiters before it at the
+// policy's interval, or until its flow is no longer held back, whichever
+// is later.
 func Read(ctx context.Context, client redis.UniversalClient, state string, policy throttle.Policy, retryAfter time.Duration, now time.Time) (Room, error) {
 	interval := Interval(policy)
 	// One transaction, so that the count and the waiters are of one
