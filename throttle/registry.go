@@ -65,7 +65,7 @@ func (r *registration) value() string {
 }
 
 // noteUse writes the limiter's entry in the background when it is due.
-// It costs a decision an atomic load when it is not.
+// It costs a decision a clock read and an atomic load when it is not.
 func (c *conn) noteUse() {
 	r := c.registry
 	if r == nil || time.Now().UnixNano() < r.due.Load() || !r.busy.CompareAndSwap(false, true) {
@@ -75,12 +75,16 @@ func (c *conn) noteUse() {
 		defer r.busy.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), registryLimit)
 		defer cancel()
+		written := r.value()
 		pipe := c.client.Pipeline()
-		pipe.HSet(ctx, r.key, r.name, r.value())
+		pipe.HSet(ctx, r.key, r.name, written)
 		pipe.Expire(ctx, r.key, registryTTL)
 		next := registryEvery
 		if _, err := pipe.Exec(ctx); err != nil {
 			next = registryRetry // Redis failures are the decisions' to report
+		}
+		if r.value() != written {
+			next = 0 // a rule was added meanwhile: write it on the next decision
 		}
 		r.due.Store(time.Now().Add(next).UnixNano())
 	}()
