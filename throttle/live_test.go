@@ -235,7 +235,9 @@ func TestStoredAlgorithmCanChange(t *testing.T) {
 	var logged bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logged, nil))
 	gcra20 := throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 20}
-	fw20 := throttle.FixedWindow{Limit: 20, Window: time.Second}
+	// An hour's window: draining it never crosses into the next window,
+	// which would admit more (a one-second window did once in CI, 25).
+	fw20 := throttle.FixedWindow{Limit: 20, Window: time.Hour}
 
 	// A mistaken first set: FixedWindow, for a fleet of GCRA limiters.
 	if err := store.Set(ctx, "partner-api", fw20); err != nil {
@@ -282,7 +284,7 @@ func TestStoredAlgorithmCanChange(t *testing.T) {
 	if p, err := old.PolicyFor(ctx, "tenant-1"); err != nil || p != gcra20 {
 		t.Fatalf("GCRA limiter still running after Replace: PolicyFor = %v, %v; want the policy it had, %v", p, err, gcra20)
 	}
-	if !strings.Contains(logged.String(), "fw:20/1s") {
+	if !strings.Contains(logged.String(), "fw:20/1h") {
 		t.Fatalf("the GCRA limiter did not log the policy it cannot apply: %s", logged.String())
 	}
 	if err := store.Replace(ctx, "a{b}", fw20); !errors.Is(err, throttle.ErrInvalidKey) {
