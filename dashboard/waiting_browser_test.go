@@ -13,8 +13,6 @@ import (
 	"github.com/jobthrottle/jobthrottle/dashboard"
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
-	"github.com/jobthrottle/jobthrottle/throttle"
-	"github.com/jobthrottle/jobthrottle/worker"
 )
 
 // TestKeyPageShowsTheWaitingRoomInBrowser: in headless Chromium, while a
@@ -28,14 +26,7 @@ func TestKeyPageShowsTheWaitingRoomInBrowser(t *testing.T) {
 		t.Skip("no Chromium on this machine: install Debian's chromium package (.ci/run does)")
 	}
 	tg := redistest.New(t)
-	overall, err := throttle.New(tg.NewClient(t), "partner-overall", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")),
-			worker.FairBy(worker.ByPayloadField("tenant"))),
-	}, worker.WithInlineWait(0))
+	_, th := fairOverall(t, tg, 5)
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 5, th, log.Handler(time.Millisecond))
 	tenants := []string{"acme", "globex", hostileTenant}

@@ -22,14 +22,7 @@ import (
 // handler's start after its slot).
 func TestKeyPageSaysWhoWaitsAndForHowLong(t *testing.T) {
 	tg := redistest.New(t)
-	overall, err := throttle.New(tg.NewClient(t), "partner-overall", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
-		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")),
-			worker.FairBy(worker.ByPayloadField("tenant")), worker.Weights(func(f string) int { return map[string]int{"gold": 2}[f] })),
-	}, worker.WithInlineWait(0)) // every task that must wait does so in the room
+	overall, th := fairOverall(t, tg, 10, worker.Weights(func(f string) int { return map[string]int{"gold": 2}[f] }))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 2, 5, th, log.Handler(5*time.Millisecond))
 	tasks := map[string]int{"gold": 24, "b": 12, "c": 12}
@@ -99,4 +92,19 @@ func TestKeyPageSaysWhoWaitsAndForHowLong(t *testing.T) {
 	if key.Bookings.ExpectedWaitMs != most {
 		t.Errorf("the room's expected wait %d ms, its flows' longest %d ms", key.Bookings.ExpectedWaitMs, most)
 	}
+}
+
+// fairOverall returns the limiter "partner-overall", GCRA perSecond with a
+// burst of 1, and a Throttler whose one rule shares it fairly by the
+// payload's tenant under one key, "all", with opts added; tasks that must
+// wait do so in the waiting room, none in its handler.
+func fairOverall(t *testing.T, tg *redistest.Target, perSecond int, opts ...worker.RuleOption) (*throttle.Limiter, *worker.Throttler) {
+	t.Helper()
+	overall, err := throttle.New(tg.NewClient(t), "partner-overall", throttle.GCRA{Rate: throttle.PerSecond(perSecond), Burst: 1}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := worker.Rate("overall", worker.Type("partner:sync"), overall,
+		append([]worker.RuleOption{worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByPayloadField("tenant"))}, opts...)...)
+	return overall, asynqtest.NewThrottler(t, tg, []worker.Rule{rule}, worker.WithInlineWait(0))
 }
