@@ -73,7 +73,7 @@ type demo struct {
 	waited      map[string]int         // tenant → tasks that waited inline
 	resched     map[string]int         // tenant → reschedules
 	seen        map[string]bool        // partner calls' task IDs the throttle has decided on
-	allSeen     time.Time              // when the last of them was first decided on, on this process's clock
+	firstSeen   map[string][]time.Time // tenant → when its calls were first decided on, on this process's clock
 	gaveUp      int
 	undecided   int
 	closeOnce   sync.Once
@@ -84,7 +84,7 @@ func startDemo(opts options) (*demo, error) {
 		opts: opts, started: time.Now(), finished: make(chan struct{}),
 		expected: map[string]int{}, runs: map[string]int{}, ranBy: map[string]int{}, tenantOf: map[string]string{},
 		admitted: map[string][]time.Time{}, waited: map[string]int{}, resched: map[string]int{},
-		seen: map[string]bool{},
+		seen: map[string]bool{}, firstSeen: map[string][]time.Time{},
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -304,7 +304,7 @@ func (d *demo) observe(e worker.Event) {
 	}
 	if e.TaskType == "partner:sync" && !d.seen[id] {
 		d.seen[id] = true
-		d.allSeen = time.Now()
+		d.firstSeen[tenant] = append(d.firstSeen[tenant], time.Now())
 	}
 	if (e.Kind == worker.Admitted || e.Kind == worker.WaitedInline) && e.TaskType == "partner:sync" && !e.Slot.IsZero() {
 		d.admitLocked(tenant, e.Slot)

@@ -141,12 +141,10 @@ func (d *demo) checkArrivals(s *summary) {
 }
 
 // checkFairness checks, for rate rules, on the Redis clock: that while
-// every tenant had calls waiting (from the last tenant's first admission,
-// or when the last call reached the throttle if later, to the first
-// tenant's last admission), each got its fair share of what was admitted
-// meanwhile, min(tenant rate, admitted rate / tenants), within fairWithin,
-// and that no
-// tenant's first call waited behind another's backlog: at most
+// every tenant had a call waiting for the throttle (see whileAllWaited),
+// each got its fair share of what was admitted meanwhile, min(tenant rate,
+// admitted rate / tenants), within fairWithin, and that no tenant's first
+// call waited behind another's backlog: at most
 // newcomerAhead of the calls enqueued before it ran before it. d.mu is
 // held.
 func (d *demo) checkFairness(s *summary) {
@@ -159,7 +157,6 @@ func (d *demo) checkFairness(s *summary) {
 		s.check(false, "fair shares: no call admitted")
 		return
 	}
-	var start, end time.Time
 	s.note("First admission, behind no other tenant's backlog:")
 	queued := 0 // calls enqueued before the tenant's first
 	for i, t := range tenantNames() {
@@ -183,17 +180,18 @@ func (d *demo) checkFairness(s *summary) {
 				queued++
 			}
 		}
-		start = later(start, calls[0])
-		if last := calls[len(calls)-1]; end.IsZero() || last.Before(end) {
-			end = last
-		}
 	}
 	// Fair sharing is between tenants whose calls wait: a tenant whose
 	// calls are still on their way to a worker (behind the others' in
-	// asynq's queue, on a busy machine) cannot take its share. So the span
-	// begins once every call has reached the throttle, too.
-	start = later(start, d.allSeen.Add(d.offset))
-	span := end.Sub(start)
+	// asynq's queue, on a busy machine) cannot take its share. So the
+	// rates are measured while every tenant had a call waiting.
+	seen := map[string][]time.Time{}
+	for t, ats := range d.firstSeen {
+		for _, at := range ats {
+			seen[t] = append(seen[t], at.Add(d.offset))
+		}
+	}
+	span, got := whileAllWaited(tenantNames(), seen, d.admitted)
 	if span < 2*time.Second {
 		s.note("fair shares: not checked (every tenant had calls waiting for only %s; give more --tasks)", span.Round(time.Millisecond))
 		return
@@ -207,13 +205,7 @@ func (d *demo) checkFairness(s *summary) {
 	rates := map[string]float64{}
 	total := 0.0
 	for _, t := range tenantNames() {
-		got := 0
-		for _, at := range d.admissionsLocked(t) {
-			if !at.Before(start) && at.Before(end) {
-				got++
-			}
-		}
-		rates[t] = float64(got) / span.Seconds()
+		rates[t] = float64(got[t]) / span.Seconds()
 		total += rates[t]
 	}
 	fair := min(float64(d.opts.tenantRate), total/float64(n))
