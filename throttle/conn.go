@@ -100,7 +100,7 @@ func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string,
 // runScript runs a script (EVALSHA, EVAL when Redis does not know it) and
 // reads its integer reply.
 func runScript(ctx context.Context, client redis.UniversalClient, script *redis.Script, keys []string, args []any) (reply, error) {
-	values, err := script.Run(ctx, client, keys, args...).Slice()
+	values, err := runCmd(ctx, client, script, keys, args).Slice()
 	if err != nil {
 		return reply{}, err
 	}

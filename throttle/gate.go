@@ -404,7 +404,7 @@ func (c *conn) evalValues(ctx context.Context, script *redis.Script, keys []stri
 	var values []any
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		values, err = script.Run(ctx, c.client, keys, args...).Slice()
+		values, err = runCmd(ctx, c.client, script, keys, args).Slice()
 		return err
 	})
 	if err != nil {

@@ -256,15 +256,27 @@ func (c *ConcurrencyLimiter) wakes() *waker {
 
 // A waker is one pub/sub connection per ConcurrencyLimiter, subscribed to
 // the wake channels of the keys this process has waiters in line for; it
-// passes each message on to the waiters it names. It is closed when the
-// last waiter leaves, and opened again for the next.
+// passes each message on to the waiters it names. A channel stays
+// subscribed, and the connection open, for wakerLinger after its last
+// waiter left, so that a busy process does not open a connection and
+// subscribe for every task that takes a slot.
 type waker struct {
 	client redis.UniversalClient
 
-	mu      sync.Mutex
-	ps      *redis.PubSub
-	waiters map[string]map[string]chan bool // channel -> waiter -> its signal: true when handed a slot
+	mu         sync.Mutex
+	ps         *redis.PubSub
+	waiters    map[string]map[string]chan bool // channel -> waiter -> its signal: true when handed a slot
+	subscribed map[string]bool                 // channels subscribed to, waited on or lingering
+	idle       *time.Timer                     // closes the connection when no waiter came back
 }
+
+// wakerLinger is how long a waker keeps its connection after its last
+// waiter left; wakerChannels is how many channels without waiters it keeps
+// subscribed meanwhile (beyond, a channel is left with its last waiter).
+const (
+	wakerLinger   = 10 * time.Second
+	wakerChannels = 256
+)
 
 // join subscribes waiter to channel and returns its signal and the function
 // that unsubscribes it.
@@ -272,13 +284,21 @@ func (w *waker) join(channel, waiter string) (<-chan bool, func()) {
 	signal := make(chan bool, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
 	if w.ps == nil {
 		w.ps = w.client.Subscribe(context.Background())
+		w.subscribed = map[string]bool{}
 		go w.deliver(w.ps)
+	}
+	if !w.subscribed[channel] {
+		_ = w.ps.Subscribe(context.Background(), channel)
+		w.subscribed[channel] = true
 	}
 	if w.waiters[channel] == nil {
 		w.waiters[channel] = map[string]chan bool{}
-		_ = w.ps.Subscribe(context.Background(), channel)
 	}
 	w.waiters[channel][waiter] = signal
 	return signal, func() {
@@ -289,12 +309,26 @@ func (w *waker) join(channel, waiter string) (<-chan bool, func()) {
 			return
 		}
 		delete(w.waiters, channel)
-		_ = w.ps.Unsubscribe(context.Background(), channel)
-		if len(w.waiters) == 0 {
-			_ = w.ps.Close()
-			w.ps = nil
+		if len(w.subscribed) > wakerChannels && w.ps != nil {
+			_ = w.ps.Unsubscribe(context.Background(), channel)
+			delete(w.subscribed, channel)
+		}
+		if len(w.waiters) == 0 && w.ps != nil && w.idle == nil {
+			w.idle = time.AfterFunc(wakerLinger, w.closeIfIdle)
 		}
 	}
+}
+
+// closeIfIdle closes the connection when no waiter joined since the last
+// left.
+func (w *waker) closeIfIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waiters) > 0 || w.ps == nil {
+		return
+	}
+	_ = w.ps.Close()
+	w.ps, w.subscribed, w.idle = nil, nil, nil
 }
 
 // deliver passes ps's messages on until ps is closed.

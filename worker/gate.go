@@ -156,6 +156,9 @@ func meterRoles(rules []*Rule) []int {
 // windows, then meters. The first refusal gives back everything this pass
 // took. budget is how long the task may wait inline for its start.
 func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
+	if p := t.tryTogether(ctx, tk, rules, roles); p != nil {
+		return p
+	}
 	p := &pass{}
 	refuse := func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
 		p.giveBack(ctx)
@@ -216,6 +219,9 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		req.BookAhead = budget // outside an asynq server: wait inline
 	}
 	s, err := gate.StartOn(ctx, r.limiter, req)
+	if err == nil {
+		t.noteAnswer() // refused or admitted, Redis answered
+	}
 	switch {
 	case err != nil:
 		return refuse(r, key, unavailableBackoff, waitOrRetry, err)
@@ -228,7 +234,6 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 	}
 	p.starts = append(p.starts, start{s, r, key, req.N, req.Held, req.Ticket})
 	p.delay = s.Wait
-	t.noteAnswer()
 	return p
 }
 
@@ -272,6 +277,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	if err != nil {
 		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
 	}
+	t.noteAnswer() // refused or admitted, Redis answered
 	defer func() {
 		if r := p.refused; r != nil && r.how == enterRoom && got.Entered {
 			r.entered, r.waiters = true, got.Waiters
@@ -300,7 +306,6 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 			p.claims = append(p.claims, claimed{cl, rules[i], tk.keys[i], parts[j].Req.N, parts[j].Req.Held, parts[j].Req.Ticket})
 			p.delay = max(p.delay, cl.Wait)
 		}
-		t.noteAnswer()
 		return p
 	}
 	// An along meter has no room at the slot; what the others took is

@@ -79,7 +79,7 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 			// gave it: a gauge kept from the events never shows more leases
 			// than Redis holds.
 			t.observeLeases(tk, p, LeaseReleased)
-			if p.giveBackLeases(ctx) {
+			if p.giveBackLeases(ctx, t.leaseClient()) {
 				t.noteAnswer() // Redis is up: the task need not ask it again
 			}
 		}

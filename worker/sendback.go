@@ -79,6 +79,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
 		r.entered, r.waiters = true, size
+		t.noteAnswer()
 	}
 	eligible := time.Now().Add(r.leadWait)
 	t.roomTurn(r.rule, r.key, eligible.Add(-t.roomLead()))

@@ -77,13 +77,13 @@ const settleLimit = 30 * time.Second
 // WithSettle chooses whether a task waits, once its handler has returned
 // or it was throttled, until Redis answers before its outcome goes back to
 // asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
-// task, skipped when that Redis answered one of the Throttler's calls in
-// the last 100 ms (its PINGs, and its rules' decisions when every rule's
-// limiter uses the client given to New; as on any busy worker): then it
-// is up. asynq writes a task's outcome once,
-// when the handler returns; without this, a task that ends while Redis is
-// down stays active until its lease runs out and then runs again, or is
-// archived if it had no retries left. The client given to [New] must be asynq's Redis.
+// task, skipped when that Redis answered within the last 100 ms: a PING of
+// the Throttler's, or its rules' answers, refusals included, when every
+// rule's limiter uses the client given to New. asynq writes a task's
+// outcome once, when the handler returns; without this, a task that ends
+// while Redis is down stays active until its lease runs out and then runs
+// again, or is archived if it had no retries left. The client given to
+// [New] must be asynq's Redis.
 // Default: true.
 func WithSettle(on bool) Option {
 	return optionFunc(func(c *config) error {

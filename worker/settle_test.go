@@ -12,9 +12,10 @@ import (
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
-// TestSettleWaitsForRedis: a handler ends while Redis is down. With
-// WithSettle (the default) the middleware returns only once Redis answers
-// again, so that asynq can record the outcome; without it, at once.
+// TestSettleWaitsForRedis: a handler ends while Redis is down, 200 ms after
+// it went down. With WithSettle (the default) the middleware returns only
+// once Redis answers again, so that asynq can record the outcome; without
+// it, at once.
 func TestSettleWaitsForRedis(t *testing.T) {
 	for _, settle := range []bool{true, false} {
 		srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -32,6 +33,9 @@ func TestSettleWaitsForRedis(t *testing.T) {
 			returned <- th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 				srv.Stop(t) // Redis dies while the task runs
 				close(stopped)
+				// Longer than the 100 ms after an answer (its decision)
+				// in which settle trusts Redis.
+				time.Sleep(200 * time.Millisecond)
 				return nil
 			})).ProcessTask(context.Background(), asynq.NewTask("t", nil))
 		}()

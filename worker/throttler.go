@@ -34,6 +34,13 @@ type Throttler struct {
 	// (Unix ns).
 	sameRedis bool
 	answered  atomic.Int64
+	// limiterClient is the client of the first rule's limiter; sameClient
+	// reports whether every rule's limiter uses it, so that a task's rules
+	// can be asked in one round trip (together.go). together remembers
+	// the key sets lately refused that way.
+	limiterClient any
+	sameClient    bool
+	together      refusals
 	// configured finds servers whose Config lacks Configure (unconfigured.go).
 	configured configureCheck
 }
@@ -88,15 +95,20 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			return nil, err
 		}
 	}
-	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true}
-	for _, r := range rules {
+	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true, sameClient: true}
+	for i, r := range rules {
 		var l any = r.limiter
 		if r.conc != nil {
 			l = r.conc
 		}
-		if gate.ClientOf(l) != any(client) {
+		c := gate.ClientOf(l)
+		if c != any(client) {
 			t.sameRedis = false
 		}
+		if i == 0 {
+			t.limiterClient = c
+		}
+		t.sameClient = t.sameClient && c != nil && c == t.limiterClient
 	}
 	for _, r := range rules {
 		if r.conc != nil {

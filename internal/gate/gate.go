@@ -307,6 +307,12 @@ var (
 	// ClientOf returns the client a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any
+	// Together returns a context with which the first script call of each
+	// of n goroutines, made through client, waits until each of them has
+	// made one or called done, and all go to Redis in one pipelined round
+	// trip (on a Cluster, one per node). Each goroutine calls done when it
+	// ends, call made or not. Later calls go on their own.
+	Together func(ctx context.Context, client any, n int) (context.Context, func())
 	// UsedByRule records in the limiter's entry of the registry of names
 	// that the worker's rule uses it (a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter; others are passed over).
