@@ -41,6 +41,26 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "mixed-never-binds", about: "a cap, a window and a GCRA per tenant, all far above the load",
+		tasks: 400, tenants: 4, work: 5 * time.Millisecond,
+		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
+			capLimiter, err := throttle.NewConcurrencyLimiter(rdb, "far-above-cap", throttle.Concurrency{Limit: 10_000, Lease: 30 * time.Second})
+			if err != nil {
+				return nil, err
+			}
+			window, err := throttle.New(rdb, "far-above-window", throttle.FixedWindow{Limit: 1_000_000, Window: time.Minute})
+			if err != nil {
+				return nil, err
+			}
+			rate, err := throttle.New(rdb, "far-above", throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100})
+			return []worker.Rule{
+				worker.Concurrency("cap", fleetTask, capLimiter, byTenant),
+				worker.Rate("window", fleetTask, window, byTenant),
+				worker.Rate("tenant", fleetTask, rate, byTenant),
+			}, err
+		},
+	},
+	{
 		name: "one-rule", about: "GCRA 20/s per tenant, 4 tenants, all enqueued at once",
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond, perKey: 21, ideal: 80,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {

@@ -156,15 +156,11 @@ func meterRoles(rules []*Rule) []int {
 // windows, then meters. The first refusal gives back everything this pass
 // took. budget is how long the task may wait inline for its start.
 func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
-	if p := t.tryTogether(ctx, tk, rules, roles); p != nil {
+	if p := t.tryTogether(ctx, tk, rules, roles, budget); p != nil {
 		return p
 	}
 	p := &pass{}
-	refuse := func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
-		p.giveBack(ctx)
-		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
-		return p
-	}
+	refuse := p.refuser(ctx)
 	// Concurrency caps: the task waits in the cap's line, inline for as long
 	// as its budget allows (woken as soon as a slot is freed for it), and
 	// parks beyond that (see parkInLine).
@@ -201,8 +197,26 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		p.windows = append(p.windows, booking{res, r, tk.keys[i]})
 		p.degraded = p.degraded || res.Degraded
 	}
+	return t.meterPass(ctx, p, tk, rules, roles, budget, true)
+}
+
+// refuser returns the function that refuses the pass: it gives back what
+// the pass took and records why.
+func (p *pass) refuser(ctx context.Context) func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
+	return func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
+		p.giveBack(ctx)
+		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
+		return p
+	}
+}
+
+// meterPass starts the task on its meter rules, if it has any, into p.
+// With enter, a task refused by a room's meter enters the room in the
+// same call.
+func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, budget time.Duration, enter bool) *pass {
+	refuse := p.refuser(ctx)
 	if room := slices.Index(roles, roomMeter); room >= 0 {
-		return t.startInRoom(ctx, p, tk, rules, roles, room, budget, refuse)
+		return t.startInRoom(ctx, p, tk, rules, roles, room, budget, refuse, enter)
 	}
 	lead := slices.Index(roles, leadMeter)
 	if lead < 0 {
@@ -246,7 +260,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 // along meters have then; otherwise it waits in the room: all capacity to
 // come is handed out by the room, in its order.
 func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration,
-	refuse func(*Rule, string, time.Duration, int, error) *pass) *pass {
+	refuse func(*Rule, string, time.Duration, int, error) *pass, enter bool) *pass {
 	roomRule, roomKey := rules[room], tk.keys[room]
 	parts := []gate.ClaimPart{{Limiter: roomRule.limiter, Req: gate.ClaimRequest{
 		Key: roomKey, N: tk.costs[room], Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}}}
@@ -266,7 +280,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	// it given back, and the task enters the room when it is to wait
 	// there (unless the rule may give up on it, which is asked first).
 	var entry *gate.Entry
-	if tk.queue != "" && tk.id != "" && !roomRule.giveUp.enabled() {
+	if enter && tk.queue != "" && tk.id != "" && !roomRule.giveUp.enabled() {
 		// (A flow the task has none of fails it when it enters.)
 		if e, _, err := t.entryOf(ctx, tk, rules, roles, roomRule, roomKey); err == nil {
 			e.Late = t.roomLead()

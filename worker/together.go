@@ -10,76 +10,112 @@ import (
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
-// tryTogether asks every concurrency cap and window rule of a task at once,
-// in one round trip, when it has rules of both kinds and no meter: a task
-// admitted at once then costs one call, not one per rule. A cap must have
-// a slot free now and a window room now. It returns nil when the rules are
-// not of that kind, or when any of them refused (what the others took is
-// given back): the task then goes through its rules one after another as
-// before, waiting in a cap's line or for a window. A key set refused here
-// is not tried together again for a second, so that a throttled fleet
-// does not pay for both ways.
-func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, roles []int) *pass {
-	caps, windows := 0, 0
+// tryTogether asks all of a task's rules at once, in one round trip, when
+// asking them in turn would take more than one: its concurrency caps, each
+// of which must have a slot free now, its windows, and its meters (all in
+// one call, as in turn). A task admitted at once then costs one call
+// whatever its rules. What it returns is what asking in turn would have:
+// the task admitted; refused by a window (the first in order), or by its
+// meters, everything else given back. When a cap has no slot free, what
+// the others took is given back and it returns nil: the task goes through
+// its rules in turn, waiting in the cap's line first. A task does not
+// enter a room's waiting list here: refused by a room's meter, it enters
+// in a call of its own. A key set refused here is not asked together again
+// for a second, so that a throttled fleet does not pay for both ways.
+func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
+	calls, meters := 0, false
 	for i, r := range rules {
 		switch {
-		case r.conc != nil:
-			caps++
-		case roles[i] != 0:
-			return nil // a meter: its start goes through its own path
-		default:
-			windows++
+		case r.conc != nil || roles[i] == 0:
+			calls++
+		case !meters:
+			meters = true
+			calls++
 		}
 	}
-	if caps+windows < 2 || !t.sameClient || t.together.refusedLately(tk.keysOf(rules)) {
+	if calls < 2 || !t.sameClient || t.together.refusedLately(tk.keysOf(rules)) {
 		return nil
 	}
-	ctx2, done := gate.Together(ctx, t.limiterClient, len(rules))
+	ctx2, done := gate.Together(ctx, t.limiterClient, calls)
 	leases := make([]*throttle.Lease, len(rules))
 	reservations := make([]*throttle.Reservation, len(rules))
 	errs := make([]error, len(rules))
+	mp := &pass{}
 	var wg sync.WaitGroup
-	for i, r := range rules {
+	ask := func(fn func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer done()
-			if r.conc != nil {
+			fn()
+		}()
+	}
+	for i, r := range rules {
+		switch {
+		case r.conc != nil:
+			ask(func() {
 				var got any
 				got, _, errs[i] = gate.CapWait(ctx2, r.conc, tk.keys[i], tk.waiterID(), 0)
 				if got != nil {
 					leases[i] = got.(*throttle.Lease)
 				}
-				return
-			}
-			reservations[i], errs[i] = r.limiter.Reserve(ctx2, tk.keys[i], tk.costs[i], 0)
-		}()
+			})
+		case roles[i] == 0:
+			ask(func() { reservations[i], errs[i] = r.limiter.Reserve(ctx2, tk.keys[i], tk.costs[i], 0) })
+		}
+	}
+	if meters {
+		ask(func() { mp = t.meterPass(ctx2, mp, tk, rules, roles, budget, false) })
 	}
 	wg.Wait()
 	t.noteAnswer()
+
 	p := &pass{}
-	admitted := true
+	capsOK := true
+	var window *refusal // the first window's refusal, in order
 	for i, r := range rules {
 		switch {
-		case leases[i] != nil:
+		case r.conc != nil:
+			if leases[i] == nil {
+				capsOK = false
+				continue
+			}
 			p.leases = append(p.leases, held{leases[i], r, tk.keys[i]})
 			p.degraded = p.degraded || leases[i].Degraded()
-		case reservations[i] != nil && reservations[i].OK:
-			p.windows = append(p.windows, booking{reservations[i], r, tk.keys[i]})
-			p.degraded = p.degraded || reservations[i].Degraded
-		default:
-			admitted = false
-		}
-		if errs[i] != nil {
-			admitted = false
+		case roles[i] == 0:
+			res := reservations[i]
+			switch {
+			case errs[i] != nil && window == nil:
+				window = &refusal{rule: r, key: tk.keys[i], retryAfter: unavailableBackoff, how: waitOrRetry, err: errs[i]}
+			case errs[i] != nil:
+			case !res.OK && window == nil:
+				window = &refusal{rule: r, key: tk.keys[i], retryAfter: res.RetryAfter, how: waitOrRetry}
+			case res.OK:
+				p.windows = append(p.windows, booking{res, r, tk.keys[i]})
+				p.degraded = p.degraded || res.Degraded
+			}
 		}
 	}
-	if admitted {
+	switch {
+	case !capsOK:
+		mp.giveBack(ctx)
+		p.giveBack(ctx)
+		t.together.refused(tk.keysOf(rules))
+		return nil
+	case window != nil:
+		mp.giveBack(ctx)
+		p.giveBack(ctx)
+		p.refused = window
+		t.together.refused(tk.keysOf(rules))
 		return p
+	case mp.refused != nil:
+		p.giveBack(ctx)
+		t.together.refused(tk.keysOf(rules))
+		return mp
 	}
-	p.giveBack(ctx)
-	t.together.refused(tk.keysOf(rules))
-	return nil
+	p.starts, p.claims = mp.starts, mp.claims
+	p.delay, p.degraded = mp.delay, p.degraded || mp.degraded
+	return p
 }
 
 // leaseClient is the client a task's caps are released through together,

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,9 +40,9 @@ func (c *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // TestAdmittedTaskCallsRedisOnce: a task admitted at once by every rule it
 // matches, on a fleet of one asynq server, costs its limiters' Redis this
 // many round trips before its handler runs, and this many after (a cap's
-// release). Caps and windows of any number are asked in one round trip;
-// several meters likewise (one script); a meter beside a cap or a window
-// still costs a call of its own.
+// release): all its rules are asked in one round trip, whatever their
+// kinds (caps and windows of any number, and its meters, fair shares
+// included, in one script), and all its caps released in one.
 func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 	for _, c := range []struct {
 		kinds         []string
@@ -55,8 +56,9 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 		{[]string{"cap", "window"}, 1, 1},
 		{[]string{"quota", "window", "cap"}, 1, 1},
 		{[]string{"cap", "cap"}, 1, 1},
-		{[]string{"window", "rate"}, 2, 0},
-		{[]string{"cap", "rate"}, 2, 1},
+		{[]string{"window", "rate"}, 1, 0},
+		{[]string{"cap", "rate"}, 1, 1},
+		{[]string{"cap", "window", "rate", "fair"}, 1, 1},
 	} {
 		tg := redistest.New(t)
 		trips := &scriptTrips{}
@@ -68,7 +70,7 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 			var l *throttle.Limiter
 			var err error
 			switch k {
-			case "rate":
+			case "rate", "fair":
 				l, err = throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100}, throttle.WithPrefix(tg.Prefix))
 			case "window":
 				l, err = throttle.New(client, name, throttle.FixedWindow{Limit: 1000, Window: time.Minute}, throttle.WithPrefix(tg.Prefix))
@@ -85,7 +87,11 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rules = append(rules, worker.Rate(name, worker.AnyTask(), l, worker.KeyBy(worker.Constant("k"))))
+			opts := []worker.RuleOption{worker.KeyBy(worker.Constant("k"))}
+			if k == "fair" {
+				opts = append(opts, worker.FairBy(worker.Constant("tenant")))
+			}
+			rules = append(rules, worker.Rate(name, worker.AnyTask(), l, opts...))
 		}
 		th, err := worker.New(tg.NewClient(t), rules, worker.WithPrefix(tg.Prefix), worker.WithLogger(nil))
 		if err != nil {
@@ -115,4 +121,80 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestTogetherGivesBackOnRefusal: a task under a cap, a window and a meter,
+// asked together, refused by one of them, holds nothing afterwards: the
+// cap's slot is free, the meter's units and the window's count are as
+// before. Refused by the window (its one unit an hour used), and refused by
+// the cap (its one slot held elsewhere; the task then waits in its line
+// until its context ends).
+func TestTogetherGivesBackOnRefusal(t *testing.T) {
+	ctx := context.Background()
+	tg := redistest.New(t)
+	client := tg.NewClient(t)
+	conc, err := throttle.NewConcurrencyLimiter(client, "cap", throttle.Concurrency{Limit: 1, Lease: 10 * time.Second}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	window, err := throttle.New(client, "window", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter, err := throttle.New(client, "meter", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := worker.KeyBy(worker.ByPayloadField("k"))
+	th, err := worker.New(client, []worker.Rule{
+		worker.Concurrency("cap", worker.AnyTask(), conc, byKey),
+		worker.Rate("window", worker.AnyTask(), window, byKey),
+		worker.Rate("meter", worker.AnyTask(), meter, byKey),
+	}, worker.WithPrefix(tg.Prefix), worker.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = th.Close(ctx) })
+	ran := 0
+	mw := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran++; return nil }))
+	run := func(ctx context.Context, key string) error {
+		return mw.ProcessTask(ctx, asynq.NewTask("x", []byte(`{"k":"`+key+`"}`)))
+	}
+	holdsNothing := func(key string, meterLeft, windowLeft int) {
+		t.Helper()
+		if r, err := meter.Peek(ctx, key); err != nil || r.Remaining != meterLeft {
+			t.Errorf("meter %s: %d left (%v), want %d", key, r.Remaining, err, meterLeft)
+		}
+		if r, err := window.Peek(ctx, key); err != nil || r.Remaining != windowLeft {
+			t.Errorf("window %s: %d left (%v), want %d", key, r.Remaining, err, windowLeft)
+		}
+		if r, err := conc.Peek(ctx, key); err != nil || r.Remaining != 1 {
+			t.Errorf("cap %s: %d slots free (%v), want 1", key, r.Remaining, err)
+		}
+	}
+
+	// Refused by the window.
+	if err := run(ctx, "a"); err != nil || ran != 1 {
+		t.Fatalf("first task: %v, ran %d", err, ran)
+	}
+	var throttled *worker.ThrottledError
+	if err := run(ctx, "a"); !errors.As(err, &throttled) || throttled.Rule != "window" {
+		t.Fatalf("second task: %v; want throttled by the window", err)
+	}
+	holdsNothing("a", 4, 0)
+
+	// Refused by the cap, whose slot is held.
+	lease, _, err := conc.Acquire(ctx, "b")
+	if err != nil || lease == nil {
+		t.Fatal(lease, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := run(short, "b"); err == nil || ran != 1 {
+		t.Fatalf("a task while the cap is full: %v, ran %d; want it refused", err, ran)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holdsNothing("b", 5, 1)
 }

@@ -234,11 +234,3 @@ func (s summary) write(out io.Writer, color bool) {
 	}
 	fmt.Fprintf(out, "\nSummary\n%s\n", strings.Join(lines, "\n"))
 }
-
-// later returns the later of a and b; b when a is zero.
-func later(a, b time.Time) time.Time {
-	if a.IsZero() || b.After(a) {
-		return b
-	}
-	return a
-}
