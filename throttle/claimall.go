@@ -11,8 +11,9 @@ import (
 )
 
 // claimAll is [gate.ClaimAll]: one meter_claim.lua call for every meter
-// when they decide on one client of one Redis server, else a call per
-// meter.
+// when they decide on one client, of one Redis server or of a Cluster
+// where every meter's key is for the same caller key (a key's hash tag is
+// the caller key: all are in one slot), else a call per meter.
 func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (gate.Claimed, error) {
 	if len(parts) == 0 {
 		return gate.Claimed{}, nil
@@ -23,7 +24,9 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 	meters := make([]*Limiter, len(parts))
 	specs := make([]*spec, len(parts))
 	together := true
+	oneSlot := true // every key is tagged with the one caller key: one Cluster slot
 	for i, p := range parts {
+		oneSlot = oneSlot && p.Req.Key == parts[0].Req.Key
 		l, sp, err := meterFor(ctx, p.Limiter, p.Req.Key)
 		if err == nil {
 			err = validRequest(p.Req.Key, p.Req.N, sp.capacity)
@@ -34,7 +37,7 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		meters[i], specs[i] = l, sp
 		together = together && l.client == meters[0].client
 	}
-	if _, single := meters[0].client.(*redis.Client); !together || !single || (len(parts) == 1 && entry == nil) {
+	if _, single := meters[0].client.(*redis.Client); !together || !(single || oneSlot) || (len(parts) == 1 && entry == nil) {
 		return claimInTurn(ctx, parts, meters, specs, entry)
 	}
 	began := meters[0].began()

@@ -59,9 +59,10 @@
 //     the fleet lets a room's waiters out at a time, the one holding the
 //     room's lease (renewed by each of its releases, for 5 s); the others
 //     take the room over when the lease ends unrenewed, or at once when its
-//     holder's Throttler is closed. On one Redis server (not a Cluster)
-//     a task's starts on all these rules are one call, which also puts a
-//     refused task in the room; and a release lets out up to four
+//     holder's Throttler is closed. On one Redis server (on a Cluster,
+//     when the rules key the task by the same value) a task's starts on
+//     all these rules are one call, which also puts a refused task in the
+//     room; and on one Redis server a release lets out up to four
 //     waiters whose slots fall within the lead and 100 ms more, booking
 //     their slots on their other rules and moving their tasks in its own
 //     call, for the waiters the dispatcher expects (the first in the

@@ -252,7 +252,8 @@ var (
 	// waiter refused by another meter) enters the first meter's room: to
 	// be let out no sooner than the refusing meter has room, or entry.Late
 	// from now when its slot had passed. When every meter decides on one
-	// client of one Redis server (not a Cluster), it is one round trip.
+	// client, of one Redis server or of a Cluster where every part is for
+	// the same key (one slot), it is one round trip.
 	ClaimAll func(ctx context.Context, parts []ClaimPart, entry *Entry) (Claimed, error)
 	// UndoClaim gives back a claim whose task will not run now.
 	UndoClaim func(ctx context.Context, limiter any, key string, n int, held int, waiter string, c Claim) error
