@@ -246,25 +246,31 @@ local horizon = now + ceil_div(lead, den) -- the latest start this release may g
 
 -- Holds that end within the lead: the flow's first waiter set aside comes
 -- back to the room (a hold that has ended is forgotten). next_hold is the
--- soonest end of the others.
+-- soonest end of the others. Done again whenever the horizon moves (the
+-- releases after the first in a call look further ahead), so that a flow
+-- whose hold ends within the new horizon has its waiter back in time.
 local next_hold = 0
-local holds = redis.call('HGETALL', KEYS[5])
-for i = 1, #holds, 2 do
-  local flow, raw = holds[i], tonumber(holds[i + 1])
-  local until_us = math.abs(raw)
-  if until_us <= horizon then
-    if raw > 0 or until_us <= now then
-      bring_back(R, flow)
+local function bring_back_due()
+  next_hold = 0
+  local holds = redis.call('HGETALL', KEYS[5])
+  for i = 1, #holds, 2 do
+    local flow, raw = holds[i], tonumber(holds[i + 1])
+    local until_us = math.abs(raw)
+    if until_us <= horizon then
+      if raw > 0 or until_us <= now then
+        bring_back(R, flow)
+      end
+      if until_us <= now then
+        redis.call('HDEL', KEYS[5], flow)
+      elseif raw > 0 then
+        redis.call('HSET', KEYS[5], flow, int(-until_us)) -- brought back once
+      end
+    elseif next_hold == 0 or until_us < next_hold then
+      next_hold = until_us
     end
-    if until_us <= now then
-      redis.call('HDEL', KEYS[5], flow)
-    elseif raw > 0 then
-      redis.call('HSET', KEYS[5], flow, int(-until_us)) -- brought back once
-    end
-  elseif next_hold == 0 or until_us < next_hold then
-    next_hold = until_us
   end
 end
+bring_back_due()
 
 -- pick lets out the first waiter in tag order that may start at the
 -- meter's next start; when none may, the one that may start soonest, at its
@@ -361,7 +367,11 @@ for _ = 1, most do
   end
   wait = debt + cost - tolerance
   lead = base_lead + window
-  horizon = now + ceil_div(lead, den)
+  local further = now + ceil_div(lead, den)
+  if further > horizon then
+    horizon = further
+    bring_back_due()
+  end
   if wait > lead then
     break
   end
