@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
@@ -54,7 +53,7 @@ func (b *batch) leave() {
 	b.expect--
 	calls := b.readyLocked()
 	b.mu.Unlock()
-	b.send(calls)
+	b.send(context.Background(), calls)
 }
 
 // readyLocked returns the calls to send when every goroutine left has
@@ -67,21 +66,23 @@ func (b *batch) readyLocked() []*batchCall {
 	return b.calls
 }
 
-// send sends calls in one pipeline and hands each its reply. A script
-// Redis does not know yet is loaded and run on its own (EVALSHA's NOSCRIPT,
-// as redis.Script.Run does).
-func (b *batch) send(calls []*batchCall) {
+// send sends calls in one pipeline, on the context of the call that
+// completed the batch less its cancellation (each caller waits on its own
+// context, see runCmd; the exchange ends within the client's timeouts),
+// and hands each its reply. A script Redis does not know yet is loaded and
+// run on its own (EVALSHA's NOSCRIPT, as redis.Script.Run does).
+func (b *batch) send(ctx context.Context, calls []*batchCall) {
 	if len(calls) == 0 {
 		return
 	}
-	ctx := context.WithoutCancel(context.Background())
+	ctx = context.WithoutCancel(ctx)
 	pipe := b.client.Pipeline()
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			c.cmd = c.script.Run(ctx, b.client, c.keys, c.args...)
 		}
 		close(c.done)
@@ -90,7 +91,9 @@ func (b *batch) send(calls []*batchCall) {
 
 // runCmd runs script as redis.Script.Run does, or, when ctx is of a batch
 // that is not sent yet and client is the batch's, as the caller's part of
-// the batch's one round trip.
+// the batch's one round trip. A caller whose ctx ends while it waits for
+// the others gets ctx's error, though its call may still be sent with the
+// batch (as with any call given up mid-flight).
 func runCmd(ctx context.Context, client redis.UniversalClient, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	b, _ := ctx.Value(batchKey{}).(*batch)
 	if b == nil || b.client != client {
@@ -105,7 +108,7 @@ func runCmd(ctx context.Context, client redis.UniversalClient, script *redis.Scr
 	b.calls = append(b.calls, c)
 	calls := b.readyLocked()
 	b.mu.Unlock()
-	b.send(calls)
+	b.send(ctx, calls)
 	select {
 	case <-c.done:
 		return c.cmd

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +69,6 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 		ask(func() { mp = t.meterPass(ctx2, mp, tk, rules, roles, budget, false) })
 	}
 	wg.Wait()
-	t.noteAnswer()
 
 	p := &pass{}
 	capsOK := true
@@ -95,6 +95,9 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 				p.degraded = p.degraded || res.Degraded
 			}
 		}
+	}
+	if !p.degraded && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		t.noteAnswer() // refused or admitted, Redis answered
 	}
 	switch {
 	case !capsOK:
