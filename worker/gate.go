@@ -152,9 +152,11 @@ func meterRoles(rules []*Rule) []int {
 	return roles
 }
 
-// tryPass asks every rule of the task in turn: concurrency caps first, then
-// windows, then meters. The first refusal gives back everything this pass
-// took. budget is how long the task may wait inline for its start.
+// tryPass asks every rule of the task, all at once when that takes one
+// round trip instead of several (see tryTogether), else in turn:
+// concurrency caps first, then windows, then meters. The first refusal
+// gives back everything this pass took. budget is how long the task may
+// wait inline for its start.
 func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
 	if p := t.tryTogether(ctx, tk, rules, roles, budget); p != nil {
 		return p
