@@ -15,13 +15,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// roundTrips counts the commands a client sends to Redis.
-type roundTrips struct{ n atomic.Int64 }
+// roundTrips counts the round trips a client makes to Redis: each command
+// but a connection's set-up (HELLO, CLIENT), and each pipeline; with
+// scripts, only those that run scripts (EVALSHA, EVAL).
+type roundTrips struct {
+	n       atomic.Int64
+	scripts bool
+}
+
+// counts reports whether a round trip that starts with cmd is counted.
+func (c *roundTrips) counts(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	if c.scripts {
+		return name == "evalsha" || name == "eval"
+	}
+	return name != "hello" && name != "client"
+}
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" {
+		if c.counts(cmd) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -29,7 +43,9 @@ func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		if !c.scripts || (len(cmds) > 0 && c.counts(cmds[0])) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }

@@ -34,7 +34,11 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 			calls++
 		}
 	}
-	if calls < 2 || !t.sameClient || t.together.refusedLately(tk.keysOf(rules)) {
+	if calls < 2 || !t.sameClient {
+		return nil
+	}
+	keys := tk.keysOf(rules)
+	if t.together.refusedLately(keys) {
 		return nil
 	}
 	ctx2, done := gate.Together(ctx, t.limiterClient, calls)
@@ -103,17 +107,17 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 	case !capsOK:
 		mp.giveBack(ctx)
 		p.giveBack(ctx)
-		t.together.refused(tk.keysOf(rules))
+		t.together.refused(keys)
 		return nil
 	case window != nil:
 		mp.giveBack(ctx)
 		p.giveBack(ctx)
 		p.refused = window
-		t.together.refused(tk.keysOf(rules))
+		t.together.refused(keys)
 		return p
 	case mp.refused != nil:
 		p.giveBack(ctx)
-		t.together.refused(tk.keysOf(rules))
+		t.together.refused(keys)
 		return mp
 	}
 	p.starts, p.claims = mp.starts, mp.claims

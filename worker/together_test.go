@@ -12,30 +12,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
-	"github.com/redis/go-redis/v9"
 )
-
-// scriptTrips counts a client's round trips that run scripts: a script
-// call on its own, or a pipeline of them (not a connection's set-up).
-type scriptTrips struct{ n atomic.Int64 }
-
-func (c *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval") {
-			c.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // TestAdmittedTaskCallsRedisOnce: a task admitted at once by every rule it
 // matches, on a fleet of one asynq server, costs its limiters' Redis this
@@ -61,7 +38,7 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 		{[]string{"cap", "window", "rate", "fair"}, 1, 1},
 	} {
 		tg := redistest.New(t)
-		trips := &scriptTrips{}
+		trips := &roundTrips{scripts: true} // not a connection's set-up
 		client := tg.NewClient(t)
 		client.AddHook(trips)
 		var rules []worker.Rule

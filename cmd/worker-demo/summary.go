@@ -82,8 +82,8 @@ const fairWithin = 0.20
 // goes back) before it reaches the tenant's first, which takes longer on a
 // slower or busier machine, while the calls admitted meanwhile come at the
 // limits' rate. Measured with TestDemoHoldsThePolicy when it ran 120 calls
-// (72 calls ahead of globex's first, 96 ahead of initech's) while two other processes kept
-// both cores of a 2-core machine busy: 6-17 and 10-25 ran first (five
+// (72 calls ahead of globex's first, 96 ahead of initech's) while two
+// other processes kept both cores of a 2-core machine busy: 6-17 and 10-25 ran first (five
 // runs, alone and in the whole suite), 15-19 and 26-28 under the race
 // detector (three runs): at most 29%.
 const newcomerAhead = 0.5
