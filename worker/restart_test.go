@@ -12,6 +12,12 @@ import (
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
+// The three tests of this file each start a redis-server of their own, stop
+// it and start it again, and assert what was lost, duplicated or archived
+// and that a block outlived the outage, never a rate: they run side by side
+// (t.Parallel), after the package's other tests, which measure rates and
+// run alone. Together they take about 40 s instead of 60 s in each pass.
+
 // TestReliabilityFleetAcrossRedisRestart: a fleet of two asynq servers
 // works through 120 throttled tasks, a third of them with no retries left
 // (MaxRetry(0): asynq archives such a task on any returned error). After 30
@@ -26,6 +32,7 @@ import (
 // task's outcome can make asynq run that task again after its lease (asynq
 // is at-least-once; see docs/reliability.md), which no middleware can prevent.
 func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
+	t.Parallel() // see the note above TestReliabilityFleetAcrossRedisRestart
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
 	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1},
@@ -87,6 +94,7 @@ func TestReliabilityFleetAcrossRedisRestart(t *testing.T) {
 // no decision, are neither failed nor archived, ask again and run once
 // Redis is back; every task exactly once.
 func TestReliabilityGateAcrossRedisOutage(t *testing.T) {
+	t.Parallel() // see the note above TestReliabilityFleetAcrossRedisRestart
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
 	limiter, err := throttle.New(tg.NewClient(t), "limiter", throttle.FixedWindow{Limit: 5, Window: 2 * time.Second},
@@ -184,6 +192,7 @@ func enqueueSome(t *testing.T, f *asynqtest.Fleet, n int) []string {
 // started again a second later, while the tasks wait. Every task then runs
 // exactly once; none is archived or failed.
 func TestNothingIsLostInRoomsAndLines(t *testing.T) {
+	t.Parallel() // see the note above TestReliabilityFleetAcrossRedisRestart
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	tg := srv.Target(t)
 	client := tg.NewClient(t)
