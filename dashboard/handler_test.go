@@ -390,7 +390,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	tgt := redistest.Embedded(t)
 	for name, opts := range map[string][]dashboard.Option{
 		"short token":    {dashboard.WithActions("short")},
-		"braced prefix":  {dashboard.WithPrefix("a{b}")},
+		"braced prefix":  {dashboard.WithPrefix("a{}b")},
 		"nil option":     {nil},
 		"page size 0":    {dashboard.WithPageSize(0)},
 		"no timeout":     {dashboard.WithTimeout(0)},

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -40,12 +40,13 @@ const (
 const minTokenLength = 16
 
 // WithPrefix sets the start of the Redis keys the limiters and the
-// Publishers write (throttle.WithPrefix, WithPublishPrefix). It must not
-// contain '{' or '}'. Default: throttle.DefaultPrefix, "throttle:".
+// Publishers write (throttle.WithPrefix, WithPublishPrefix): no '{' or
+// '}', or one hash tag, as throttle.WithPrefix allows. Default:
+// throttle.DefaultPrefix, "throttle:".
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.prefix = prefix
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -321,12 +322,13 @@ const (
 )
 
 // WithPublishPrefix sets the prefix of the keys the Publisher writes: the
-// prefix the limiters and the dashboard use. It must not contain '{' or
-// '}'. Default: "throttle:" (throttle.DefaultPrefix).
+// prefix the limiters and the dashboard use: no '{' or '}', or one hash
+// tag, as throttle.WithPrefix allows. Default: "throttle:"
+// (throttle.DefaultPrefix).
 func WithPublishPrefix(prefix string) PublisherOption {
 	return publisherOptionFunc(func(c *publisherConfig) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.prefix = prefix
 		return nil

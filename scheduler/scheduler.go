@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -85,12 +85,13 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// WithPrefix sets the start of the Redis keys of the tick claims. It must not
-// contain '{' or '}'. Default: "throttle:".
+// WithPrefix sets the start of the Redis keys of the tick claims. It holds
+// no '{' or '}', or one hash tag, as throttle.WithPrefix allows. Default:
+// "throttle:".
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.prefix = prefix
 		return nil

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
 // claimAll is [gate.ClaimAll]: one meter_claim.lua call for every meter
 // when they decide on one client, of one Redis server or of a Cluster
-// where every meter's key is for the same caller key (a key's hash tag is
-// the caller key: all are in one slot), else a call per meter.
+// where every meter's key has the same hash tag (the same caller key, or a
+// prefix holding a hash tag: all are in one slot), else a call per meter.
 func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (gate.Claimed, error) {
 	if len(parts) == 0 {
 		return gate.Claimed{}, nil
@@ -24,9 +25,8 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 	meters := make([]*Limiter, len(parts))
 	specs := make([]*spec, len(parts))
 	together := true
-	oneSlot := true // every key is tagged with the one caller key: one Cluster slot
+	states := make([]string, len(parts))
 	for i, p := range parts {
-		oneSlot = oneSlot && p.Req.Key == parts[0].Req.Key
 		l, sp, err := meterFor(ctx, p.Limiter, p.Req.Key)
 		if err == nil {
 			err = validRequest(p.Req.Key, p.Req.N, sp.capacity)
@@ -34,10 +34,10 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		if err != nil {
 			return gate.Claimed{}, err
 		}
-		meters[i], specs[i] = l, sp
+		meters[i], specs[i], states[i] = l, sp, l.Key(p.Req.Key)
 		together = together && l.client == meters[0].client
 	}
-	if _, single := meters[0].client.(*redis.Client); !together || !(single || oneSlot) || (len(parts) == 1 && entry == nil) {
+	if _, single := meters[0].client.(*redis.Client); !together || !(single || keyspace.OneSlot(states...)) || (len(parts) == 1 && entry == nil) {
 		return claimInTurn(ctx, parts, meters, specs, entry)
 	}
 	began := meters[0].began()
@@ -48,8 +48,7 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		args = append(args, claimArgs(specs[i], p.Req)...)
 	}
 	if entry != nil {
-		state := meters[0].Key(parts[0].Req.Key)
-		keys = append(keys, state+flowsSuffix, state+heldSuffix)
+		keys = append(keys, states[0]+flowsSuffix, states[0]+heldSuffix)
 		args = append(args, entry.Flow, strconv.Itoa(entry.Weight), itoa(max(0, entry.Late.Microseconds())), entry.Payload)
 	}
 	values, err := meters[0].evalValues(ctx, meterClaimScript, keys, args)

@@ -220,3 +220,71 @@ func TestPreparedBatch(t *testing.T) {
 		t.Errorf("the queue holds %v, the head last; want both tasks, task1 (w1's, the earlier slot) at the head", tasks)
 	}
 }
+
+// clockStep moves a driven clock on before every command: time passes
+// between the calls of a claim made a call per meter, as between Cluster
+// nodes.
+type clockStep struct {
+	clock *redistest.Clock
+	step  time.Duration
+}
+
+func (c clockStep) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c clockStep) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.clock.Advance(c.step)
+		return next(ctx, cmd)
+	}
+}
+func (c clockStep) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClaimInTurnAtAPassedInstant: a start claimed a call per meter (on a
+// Cluster, rules keyed by values in different slots) claims the second
+// meter at the first's slot, which has passed when that call runs. With
+// room on both meters the task is admitted on both at that slot. (Before:
+// the second meter found no block and refused it, as if blocked, so every
+// such task on a Cluster went to the waiting room: 9 round trips instead
+// of 2.) A block on the second meter still refuses it.
+func TestClaimInTurnAtAPassedInstant(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	single := redis.NewClient(&redis.Options{Addr: tg.Mini.Addr()})
+	t.Cleanup(func() { single.Close() })
+	single.AddHook(clockStep{clock, 300 * time.Microsecond})
+	client := otherClient{single}
+	meter := func(name string) *throttle.Limiter {
+		l, err := throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100}, throttle.WithPrefix(tg.Prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	overall, tenant := meter("overall"), meter("tenant")
+	ctx := context.Background()
+	parts := []workergate.ClaimPart{
+		{Limiter: tenant, Req: workergate.ClaimRequest{Key: "acme", N: 1, MaxWait: time.Second}},
+		{Limiter: overall, Req: workergate.ClaimRequest{Key: "all", N: 1, MaxWait: time.Second}},
+	}
+	for i := range 3 {
+		claimed, err := workergate.ClaimAll(ctx, parts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := claimed.Claims
+		if len(c) != 2 || c[0].Status != workergate.Taken || c[1].Status != workergate.Taken || !c[1].Slot.Equal(c[0].Slot) {
+			t.Fatalf("start %d: %+v; want both meters taken at one slot", i, c)
+		}
+	}
+	if err := overall.BlockFor(ctx, "all", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := workergate.ClaimAll(ctx, parts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := claimed.Claims; len(c) != 2 || c[1].Status != workergate.NoCapacity {
+		t.Fatalf("a start with the overall key blocked: %+v; want it refused by the overall meter", c)
+	}
+}

@@ -2,8 +2,10 @@ package throttle_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
@@ -77,4 +79,65 @@ func TestClusterSpreadsKeys(t *testing.T) {
 		}
 	}
 	checkTTLs(t, tg)
+}
+
+// TestTaggedPrefixKeepsOneSlot: under a prefix holding a hash tag
+// ("…{jobs}:"), a limiter's keys for 200 caller keys, with their blocks,
+// are all on one master of a Cluster (one slot), where without the tag
+// they spread (TestClusterSpreadsKeys): the price of one round trip per
+// task is that one node does all of that limiter's work.
+func TestTaggedPrefixKeepsOneSlot(t *testing.T) {
+	tg := redistest.New(t)
+	prefix := tg.Prefix + "{jobs}:"
+	l, err := throttle.New(tg.Client, "tagged", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5}, throttle.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const keys = 200
+	for i := range keys {
+		if r, err := l.Allow(ctx, "tenant-"+itoa(i)); err != nil || !r.Allowed {
+			t.Fatalf("tenant-%d: %+v, %v", i, r, err)
+		}
+		if i%10 == 0 {
+			if err := l.BlockFor(ctx, "tenant-"+itoa(i), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cluster, ok := tg.Client.(*redis.ClusterClient)
+	if !ok {
+		if n := len(tg.Keys(t)); n < keys {
+			t.Fatalf("%d keys written for %d caller keys", n, keys)
+		}
+		return
+	}
+	var mu sync.Mutex
+	perMaster := map[string]int{}
+	err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n := 0
+		iter := node.Scan(ctx, 0, tg.Prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if strings.HasPrefix(iter.Val(), prefix) {
+				n++
+			}
+		}
+		mu.Lock()
+		perMaster[node.Options().Addr] = n
+		mu.Unlock()
+		return iter.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures: cluster: %d caller keys under %q over %d masters: %v", keys, "{jobs}", len(perMaster), perMaster)
+	holding := 0
+	for _, n := range perMaster {
+		if n > 0 {
+			holding++
+		}
+	}
+	if holding != 1 {
+		t.Fatalf("the keys under a tagged prefix are on %d masters, want 1: %v", holding, perMaster)
+	}
 }

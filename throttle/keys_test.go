@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,23 @@ func TestKeyLayout(t *testing.T) {
 	}
 	if got := l.Key("x"); got != "app:l@gcra:{x}" {
 		t.Errorf("WithPrefix: key %q", got)
+	}
+	// A prefix holding a hash tag puts every key in that tag's slot; the
+	// key still reads back (throttlectl, the dashboard).
+	l, err = throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix("app:{jobs}:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Key("x"); got != "app:{jobs}:l@gcra:{x}" || hashTag(got) != "jobs" {
+		t.Errorf("WithPrefix with a hash tag: key %q, tag %q", got, hashTag(got))
+	}
+	if info, err := throttle.ParseKey("app:{jobs}:", l.Key("x")); err != nil || info.Caller != "x" || info.Name != "l" {
+		t.Errorf("a key under a tagged prefix read back as %+v, %v", info, err)
+	}
+	for _, bad := range []string{"app:{}:", "app:{jobs:", "{a}{b}", "a}"} {
+		if _, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithPrefix(bad)); !errors.Is(err, throttle.ErrInvalidOption) {
+			t.Errorf("WithPrefix(%q): %v, want ErrInvalidOption", bad, err)
+		}
 	}
 }
 

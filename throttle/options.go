@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 )
 
 // Option configures a [Limiter]; pass options to [New].
@@ -49,12 +50,16 @@ func defaultConfig() config {
 }
 
 // WithPrefix sets the string every Redis key of the Limiter starts with.
-// Default: [DefaultPrefix], "throttle:". The prefix may be empty and must
-// not contain '{' or '}', which would change the key's Redis Cluster slot.
+// Default: [DefaultPrefix], "throttle:". The prefix may be empty. It holds
+// no '{' or '}', or exactly one hash tag, such as "throttle:{jobs}:": then
+// every key under it is in the one Redis Cluster slot of that name, so a
+// task's rules are asked in one round trip whatever they key by, and that
+// one node does all of their work (see "Keys and Redis Cluster" in
+// docs/limiters.md).
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.prefix = prefix
 		return nil

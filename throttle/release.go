@@ -25,7 +25,7 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 	var prepArgs []any
 	prepared := 0
 	for _, prep := range b.Prepared {
-		if k, a, ok := l.prepared(ctx, prep); ok {
+		if k, a, ok := l.prepared(ctx, prep, state); ok {
 			prepKeys, prepArgs, prepared = append(prepKeys, k...), append(prepArgs, a...), prepared+1
 		}
 	}
@@ -130,15 +130,14 @@ func releasedOf(values []any) (gate.Released, error) {
 
 // prepared returns the KEYS and ARGV of room.lua's release for the waiter
 // prep names, when every meter it books decides on the room meter's
-// client, one Redis server (its keys then need not share a slot); ok is
-// false otherwise.
-func (l *Limiter) prepared(ctx context.Context, prep *gate.Prepared) (keys []string, args []any, ok bool) {
+// client, and that is one Redis server or all the keys (the task's in
+// asynq's queue, the room's state key room, and the meters') share a hash
+// tag, so a slot; ok is false otherwise.
+func (l *Limiter) prepared(ctx context.Context, prep *gate.Prepared, room string) (keys []string, args []any, ok bool) {
 	if prep == nil || prep.Waiter == "" || len(prep.TaskKeys) != 4 {
 		return nil, nil, false
 	}
-	if _, single := l.client.(*redis.Client); !single {
-		return nil, nil, false
-	}
+	_, single := l.client.(*redis.Client)
 	keys = append(keys, prep.TaskKeys...)
 	args = []any{prep.Waiter, prep.TaskID, strconv.Itoa(len(prep.Along))}
 	for _, part := range prep.Along {
@@ -149,6 +148,9 @@ func (l *Limiter) prepared(ctx context.Context, prep *gate.Prepared) (keys []str
 		state := m.Key(part.Key)
 		keys = append(keys, state, ticketKey(state, prep.Waiter), state+keyspace.TicketsSuffix, state+startsSuffix)
 		args = append(append(args, sp.meterArgs(part.N)...), itoa(sp.ticks(prep.Grace)))
+	}
+	if !single && !keyspace.OneSlot(append(keys, room)...) {
+		return nil, nil, false
 	}
 	return keys, args, true
 }

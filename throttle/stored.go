@@ -55,8 +55,8 @@ func NewPolicyStore(client redis.UniversalClient, prefix string) (*PolicyStore, 
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+	if err := keyspace.CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return &PolicyStore{client: client, prefix: prefix}, nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/lead"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
@@ -258,11 +258,12 @@ func (o observers) Observe(e Event) {
 }
 
 // WithPrefix sets the start of the Redis keys the Throttler writes (its
-// give-up counters). It must not contain '{' or '}'. Default: "throttle:".
+// give-up counters). It holds no '{' or '}', or one hash tag, as
+// throttle.WithPrefix allows. Default: "throttle:".
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: prefix %q must not contain '{' or '}'", ErrInvalidOption, prefix)
+		if err := keyspace.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.prefix = prefix
 		return nil

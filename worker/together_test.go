@@ -19,25 +19,38 @@ import (
 // many round trips before its handler runs, and this many after (a cap's
 // release): all its rules are asked in one round trip, whatever their
 // kinds (caps and windows of any number, and its meters, fair shares
-// included, in one script), and all its caps released in one.
+// included, in one script), and all its caps released in one. Rows marked
+// spread key each rule by a different value, under a prefix holding a hash
+// tag ("…{one}:"): on a Cluster that keeps all their keys in one slot, so
+// the task still costs one round trip.
 func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 	for _, c := range []struct {
 		kinds         []string
 		before, after int64
+		spread        bool
 	}{
-		{[]string{"rate"}, 1, 0},
-		{[]string{"window"}, 1, 0},
-		{[]string{"cap"}, 1, 1},
-		{[]string{"rate", "rate"}, 1, 0},
-		{[]string{"window", "window"}, 1, 0},
-		{[]string{"cap", "window"}, 1, 1},
-		{[]string{"quota", "window", "cap"}, 1, 1},
-		{[]string{"cap", "cap"}, 1, 1},
-		{[]string{"window", "rate"}, 1, 0},
-		{[]string{"cap", "rate"}, 1, 1},
-		{[]string{"cap", "window", "rate", "fair"}, 1, 1},
+		{[]string{"rate"}, 1, 0, false},
+		{[]string{"window"}, 1, 0, false},
+		{[]string{"cap"}, 1, 1, false},
+		{[]string{"rate", "rate"}, 1, 0, false},
+		{[]string{"window", "window"}, 1, 0, false},
+		{[]string{"cap", "window"}, 1, 1, false},
+		{[]string{"quota", "window", "cap"}, 1, 1, false},
+		{[]string{"cap", "cap"}, 1, 1, false},
+		{[]string{"window", "rate"}, 1, 0, false},
+		{[]string{"cap", "rate"}, 1, 1, false},
+		{[]string{"cap", "window", "rate", "fair"}, 1, 1, false},
+		{[]string{"rate", "rate"}, 1, 0, true},
+		{[]string{"window", "rate"}, 1, 0, true},
+		{[]string{"cap", "window", "rate", "fair"}, 1, 1, true},
 	} {
 		tg := redistest.New(t)
+		prefix := tg.Prefix
+		keyOf := func(int) string { return "k" }
+		if c.spread {
+			prefix += "{one}:"
+			keyOf = func(i int) string { return "k" + string(rune('0'+i)) }
+		}
 		trips := &roundTrips{scripts: true} // not a connection's set-up
 		client := tg.NewClient(t)
 		client.AddHook(trips)
@@ -48,29 +61,29 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 			var err error
 			switch k {
 			case "rate", "fair":
-				l, err = throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100}, throttle.WithPrefix(tg.Prefix))
+				l, err = throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100}, throttle.WithPrefix(prefix))
 			case "window":
-				l, err = throttle.New(client, name, throttle.FixedWindow{Limit: 1000, Window: time.Minute}, throttle.WithPrefix(tg.Prefix))
+				l, err = throttle.New(client, name, throttle.FixedWindow{Limit: 1000, Window: time.Minute}, throttle.WithPrefix(prefix))
 			case "quota":
-				l, err = throttle.New(client, name, throttle.Quota{Limit: 1000, Period: throttle.Day}, throttle.WithPrefix(tg.Prefix))
+				l, err = throttle.New(client, name, throttle.Quota{Limit: 1000, Period: throttle.Day}, throttle.WithPrefix(prefix))
 			case "cap":
-				conc, err := throttle.NewConcurrencyLimiter(client, name, throttle.Concurrency{Limit: 10, Lease: 10 * time.Second}, throttle.WithPrefix(tg.Prefix))
+				conc, err := throttle.NewConcurrencyLimiter(client, name, throttle.Concurrency{Limit: 10, Lease: 10 * time.Second}, throttle.WithPrefix(prefix))
 				if err != nil {
 					t.Fatal(err)
 				}
-				rules = append(rules, worker.Concurrency(name, worker.AnyTask(), conc, worker.KeyBy(worker.Constant("k"))))
+				rules = append(rules, worker.Concurrency(name, worker.AnyTask(), conc, worker.KeyBy(worker.Constant(keyOf(i)))))
 				continue
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := []worker.RuleOption{worker.KeyBy(worker.Constant("k"))}
+			opts := []worker.RuleOption{worker.KeyBy(worker.Constant(keyOf(i)))}
 			if k == "fair" {
 				opts = append(opts, worker.FairBy(worker.Constant("tenant")))
 			}
 			rules = append(rules, worker.Rate(name, worker.AnyTask(), l, opts...))
 		}
-		th, err := worker.New(tg.NewClient(t), rules, worker.WithPrefix(tg.Prefix), worker.WithLogger(nil))
+		th, err := worker.New(tg.NewClient(t), rules, worker.WithPrefix(prefix), worker.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,9 +103,9 @@ func TestAdmittedTaskCallsRedisOnce(t *testing.T) {
 		f.Enqueue(t, "x", map[string]any{})
 		f.WaitDone(t, &log, 2, 10*time.Second)
 		before, after := inHandler.Load()-start, trips.n.Load()-inHandler.Load()
-		t.Logf("figures: %v: %d round trips before the handler, %d after", c.kinds, before, after)
+		t.Logf("figures: %v (spread %v): %d round trips before the handler, %d after", c.kinds, c.spread, before, after)
 		if before != c.before || after != c.after {
-			t.Errorf("%v: %d round trips before the handler and %d after, want %d and %d", c.kinds, before, after, c.before, c.after)
+			t.Errorf("%v (spread %v): %d round trips before the handler and %d after, want %d and %d", c.kinds, c.spread, before, after, c.before, c.after)
 		}
 		if err := th.Close(context.Background()); err != nil {
 			t.Error(err)

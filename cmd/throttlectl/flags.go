@@ -5,9 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -39,8 +39,8 @@ func (g *globals) check() error {
 	if g.timeout <= 0 {
 		return usagef("--timeout must be positive, got %s", g.timeout)
 	}
-	if strings.ContainsAny(g.prefix, "{}") {
-		return usagef("--prefix %q: a prefix holds no '{' or '}' (WithPrefix refuses them)", g.prefix)
+	if err := keyspace.CheckPrefix(g.prefix); err != nil {
+		return usagef("--prefix: %v", err)
 	}
 	_, _, err := g.redisOptions()
 	return err

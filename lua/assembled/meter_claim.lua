@@ -524,8 +524,12 @@ local function claim(K, A)
     end
     slot = ceil_div(slot, den) * den -- on a whole microsecond, as others will be
   end
-  if blocked_for(K[3], now) * den > slot then
-    return {0, now + blocked_for(K[3], now), now, 0, 0, ''}
+  -- (An instant given can be just past: the start under the task's other
+  -- meters, decided a call earlier on another Cluster node. Only a block
+  -- refuses it here, not the absence of one.)
+  local blocked = blocked_for(K[3], now)
+  if blocked > 0 and blocked * den > slot then
+    return {0, now + blocked, now, 0, 0, ''}
   end
   local debt_after = math.max(planned or slot, slot) + cost
   local end_us, end_ticks = 0, 0
