@@ -6,7 +6,7 @@
 // Outbound, every process that calls a partner through a Transport on the
 // same Redis shares one limit per host (or per key of your choosing):
 //
-//	limiter, _ := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+//	limiter, _ := throttle.New(rdb, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 //	transport, _ := httpthrottle.NewTransport(limiter, httpthrottle.WithRetries(2))
 //	client := &http.Client{Transport: transport}
 //
@@ -18,7 +18,7 @@
 //
 // Inbound:
 //
-//	limiter, _ := throttle.New(rdb, throttle.SlidingLog{Limit: 100, Window: time.Minute})
+//	limiter, _ := throttle.New(rdb, "inbound", throttle.SlidingLog{Limit: 100, Window: time.Minute})
 //	limit, _ := httpthrottle.NewMiddleware(limiter)
 //	http.ListenAndServe(":8080", limit.Handler(mux))
 //

@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,10 +222,12 @@ func TestPreparedBatch(t *testing.T) {
 	}
 }
 
-// clockStep moves a driven clock on before every command: time passes
+// clockStep moves a driven clock on before every script call: time passes
 // between the calls of a claim made a call per meter, as between Cluster
-// nodes.
+// nodes. The limiters' background writes (the registry of names) run on
+// other goroutines: the clock, not safe for concurrent use, is guarded.
 type clockStep struct {
+	mu    *sync.Mutex
 	clock *redistest.Clock
 	step  time.Duration
 }
@@ -232,7 +235,11 @@ type clockStep struct {
 func (c clockStep) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c clockStep) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.clock.Advance(c.step)
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.mu.Lock()
+			c.clock.Advance(c.step)
+			c.mu.Unlock()
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -252,7 +259,7 @@ func TestClaimInTurnAtAPassedInstant(t *testing.T) {
 	clock := tg.Clock(t)
 	single := redis.NewClient(&redis.Options{Addr: tg.Mini.Addr()})
 	t.Cleanup(func() { single.Close() })
-	single.AddHook(clockStep{clock, 300 * time.Microsecond})
+	single.AddHook(clockStep{&sync.Mutex{}, clock, 300 * time.Microsecond})
 	client := otherClient{single}
 	meter := func(name string) *throttle.Limiter {
 		l, err := throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100}, throttle.WithPrefix(tg.Prefix))

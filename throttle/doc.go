@@ -4,7 +4,7 @@
 // A [Limiter] applies one [Policy] to any number of caller keys (a tenant, a
 // task type, a partner account). Before each unit of work, ask it:
 //
-//	limiter, err := throttle.New(client, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5})
+//	limiter, err := throttle.New(client, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5})
 //	...
 //	r, err := limiter.Allow(ctx, "tenant-42")
 //	if err != nil { ... }          // Redis could not decide (see failure policy)
@@ -74,11 +74,12 @@
 // # Keys
 //
 // A caller key's state lives at prefix + name + "@" + algorithm + ":{" +
-// caller key + "}" for a named limiter ("throttle:partner-api@gcra:{tenant-42}"),
-// and at prefix + policy + ":{" + caller key + "}" for one without a name
-// ("throttle:gcra:10/1s:5:{tenant-42}"; see [Limiter.Key]). The braces form a Redis Cluster hash tag: a caller key's state lives in one
-// slot, and '{', '}' and '%' inside caller keys are escaped, so no caller key
-// can move its slot or reach another's state. Every key is written with an
+// caller key + "}" ("throttle:partner-api@gcra:{tenant-42}"; see
+// [Limiter.Key]). The braces form a Redis Cluster hash tag: a caller key's
+// state lives in one slot, and '{', '}' and '%' inside caller keys are
+// escaped, so no caller key can move its slot or reach another's state. A
+// prefix may hold a hash tag of its own ("throttle:{jobs}:"), which keeps
+// every key under it in one slot (see [WithPrefix]). Every key is written with an
 // expiry that ends when its state stops mattering: idle keys disappear.
 // [WithKeyHashing] stores long caller keys by their SHA-256 instead, so
 // that memory per key stays bounded. [ParsePolicy] reads a policy

@@ -4,11 +4,11 @@
 // Build a [Throttler] from rules, install its middleware, and let it set up
 // the server's Config:
 //
-//	perTenant, _ := throttle.New(rdb, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
-//	exports, _ := throttle.NewConcurrencyLimiter(rdb, throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
+//	perTenant, _ := throttle.New(rdb, "partner-per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+//	exports, _ := throttle.NewConcurrencyLimiter(rdb, "exports", throttle.Concurrency{Limit: 3, Lease: 30 * time.Second})
 //	t, err := worker.New(rdb, []worker.Rule{
 //		worker.Rate("tenant", worker.Pattern("partner:*"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant_id"))),
-//		worker.Concurrency("exports", worker.Type("export:run"), exports),
+//		worker.Concurrency("exports", worker.Type("export:run"), exports, worker.KeyBy(worker.Constant("all"))),
 //	})
 //	cfg := asynq.Config{Concurrency: 10}
 //	t.Configure(&cfg) // RetryDelayFunc, IsFailure and asynq's polling intervals

@@ -426,16 +426,18 @@ func TestSharesGoToTenantsWithRoom(t *testing.T) {
 
 // TestWeightsHoldWhateverIsNamed: README's rules, per tenant (10/s) first
 // and overall (8/s) shared fairly by tenant with gold weighing 3, with the
-// per-tenant limiter named (as docs/live-policies.md recommends for a
-// limit to change while it runs). While all three have a backlog, gold
-// gets 3/5 of the overall limit and the other two 1/5 each, ±20%. Before
-// the room went to the fair rule whatever came first, a named per-tenant
-// rule took it and the shares were 3.0/1.9/3.0 per s.
+// per-tenant limiter named and live (WithLivePolicies, as
+// docs/live-policies.md recommends for a limit to change while it runs: a
+// live rule also wants a waiting room). While all three have a backlog,
+// gold gets 3/5 of the overall limit and the other two 1/5 each, ±20%.
+// Before the room went to the fair rule whatever came first, a named
+// per-tenant rule took it and the shares were 3.0/1.9/3.0 per s (see also
+// TestMeterRolesGiveTheRoomToTheFairRule).
 func TestWeightsHoldWhateverIsNamed(t *testing.T) {
 	tg := redistest.New(t)
 	rules := func(tb testing.TB, client redis.UniversalClient, prefix string) []worker.Rule {
 		perTenant, err := throttle.New(client, "per-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1},
-			throttle.WithPrefix(prefix))
+			throttle.WithPrefix(prefix), throttle.WithLivePolicies())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -448,7 +450,7 @@ func TestWeightsHoldWhateverIsNamed(t *testing.T) {
 	}
 	out := runScenario(t, tg, scenario{servers: 2, concurrency: 10, rules: rules, work: 5 * time.Millisecond,
 		tenants: []backlog{{tenant: "gold", tasks: 36}, {tenant: "b", tasks: 12}, {tenant: "c", tasks: 12}}})
-	out.report(t, "weights with a named per-tenant limiter")
+	out.report(t, "weights with a named, live per-tenant limiter")
 	tenants := out.byTenant()
 	from, to := out.shared("gold", "b", "c")
 	if to.Sub(from) < 3*time.Second {
@@ -456,7 +458,7 @@ func TestWeightsHoldWhateverIsNamed(t *testing.T) {
 	}
 	for tenant, want := range map[string]float64{"gold": 4.8, "b": 1.6, "c": 1.6} {
 		got := out.rate(tenants[tenant], from, to)
-		t.Logf("figures: weights with a named per-tenant limiter: tenant %s: %.1f/s while all three had a backlog (%s)", tenant, got, to.Sub(from).Round(time.Millisecond))
+		t.Logf("figures: weights with a named, live per-tenant limiter: tenant %s: %.1f/s while all three had a backlog (%s)", tenant, got, to.Sub(from).Round(time.Millisecond))
 		if got < 0.8*want || got > 1.2*want {
 			t.Errorf("tenant %s got %.1f/s while all three had a backlog; want %.1f/s ± 20%%", tenant, got, want)
 		}

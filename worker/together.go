@@ -20,7 +20,7 @@ import (
 // meters, everything else given back. When a cap has no slot free, what
 // the others took is given back and it returns nil: the task goes through
 // its rules in turn, waiting in the cap's line first. A task does not
-// enter a room's waiting list here: refused by a room's meter, it enters
+// enter a waiting room here: refused by a room's meter, it enters
 // in a call of its own. A key set refused here is not asked together again
 // for a second, so that a throttled fleet does not pay for both ways.
 func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {

@@ -202,14 +202,14 @@ func (a *app) writeTop(states []state, f found) error {
 		return err
 	}
 	tw := newTable(a.stdout)
-	row(tw, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
+	row(tw, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING", "RULES")
 	for _, s := range states {
 		blocked := short(s.blockedFor)
 		if s.concurrency {
 			blocked = "-"
 		}
 		row(tw, display(s.caller), display(s.name), s.policy, s.source, s.limits.rateCell(), s.limits.burstCell(), fraction(s.remaining, s.limit),
-			short(s.retryAfter), short(s.resetAfter), blocked, waitingCell(s))
+			short(s.retryAfter), short(s.resetAfter), blocked, waitingCell(s), rulesCell(s))
 	}
 	return tw.Flush()
 }
@@ -221,6 +221,20 @@ func waitingCell(s state) string {
 		return "-"
 	}
 	return strconv.Itoa(s.waiting) + "/" + short(s.expectedWait)
+}
+
+// rulesCell shows the worker's rules that use a key's limiter, as its
+// processes recorded them in the registry of names ("tenant,overall"), or
+// "-" when none did.
+func rulesCell(s state) string {
+	if len(s.rules) == 0 {
+		return "-"
+	}
+	cells := make([]string, len(s.rules))
+	for i, r := range s.rules {
+		cells[i] = display(r)
+	}
+	return strings.Join(cells, ",")
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }

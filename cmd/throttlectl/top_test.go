@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestThrottlectlTop(t *testing.T) {
 	checkTop(t, c, "top --limit 2", got, scene.throttled[:2], true)
 
 	r := c.ok("top")
-	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING")
+	rows := checkTable(t, r.stdout, "KEY", "LIMITER", "POLICY", "FROM", "RATE", "BURST", "REMAINING", "RETRY-AFTER", "RESET-AFTER", "BLOCKED-FOR", "WAITING", "RULES")
 	if len(rows) != 6 {
 		t.Fatalf("top table has %d rows, want a header and 5:\n%s", len(rows), r.stdout)
 	}
@@ -233,17 +234,24 @@ func redisKeyOf(t *testing.T, c *cli, policy, caller string) string {
 }
 
 // TestTopShowsTasksWaiting: while a fleet's tasks wait in a waiting room
-// (an overall limit of 5/s shared fairly by tenant, three tenants'
-// backlogs), top lists the overall key as throttled, under its limiter's
-// name, with the tasks waiting, by tenant, and when the last is expected
-// to start; peek shows the same. (How close the expectation comes to what
-// then happens is dashboard's TestKeyPageSaysWhoWaitsAndForHowLong.)
+// (README's rules, both limiters named: a per-tenant limit of 10/s listed
+// first, and an overall limit of 5/s shared fairly by tenant; three
+// tenants' backlogs), top lists the overall key as throttled, under its
+// limiter's name and rule, with the tasks waiting, by tenant, and when the
+// last is expected to start; top --all lists the tenants' keys under the
+// per-tenant limiter's name and rule; peek shows the same. (How close the
+// expectation comes to what then happens is dashboard's
+// TestKeyPageSaysWhoWaitsAndForHowLong.) Before, with named limiters, top
+// said "no key throttled now" while 200 tasks waited.
 func TestTopShowsTasksWaiting(t *testing.T) {
 	c := newCLI(t)
+	perTenant := c.namedLimiter("partner-tenant", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	overall := c.namedLimiter("partner-overall", throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 1})
+	tenant := worker.ByPayloadField("tenant")
 	th := asynqtest.NewThrottler(t, c.tg, []worker.Rule{
+		worker.Rate("tenant", worker.Type("partner:sync"), perTenant, worker.KeyBy(tenant)),
 		worker.Rate("overall", worker.Type("partner:sync"), overall, worker.KeyBy(worker.Constant("all")),
-			worker.FairBy(worker.ByPayloadField("tenant"))),
+			worker.FairBy(tenant)),
 	}, worker.WithInlineWait(0))
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, c.tg, 1, 5, th, log.Handler(time.Millisecond))
@@ -253,17 +261,38 @@ func TestTopShowsTasksWaiting(t *testing.T) {
 		}
 	}
 	var listed []peekJSON
+	var got peekJSON
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		c.waitRegistered(1)
+		c.waitRegistered(2)
 		c.okJSON(&listed, "top")
-		if len(listed) == 1 && listed[0].Waiting >= 10 && len(listed[0].Flows) == 3 {
+		i := slices.IndexFunc(listed, func(p peekJSON) bool { return p.Limiter == "partner-overall" })
+		if i >= 0 && listed[i].Waiting >= 10 && len(listed[i].Flows) == 3 {
+			got = listed[i]
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("top never listed the overall key with 10 tasks of three tenants waiting: %+v", listed)
 		}
 	}
-	got := listed[0]
+	for _, p := range listed {
+		if p.Limiter != "partner-overall" && (p.Limiter != "partner-tenant" || !slices.Equal(p.Rules, []string{"tenant"})) {
+			t.Errorf("top listed %+v; want only the overall key and the tenants' keys of partner-tenant, rule tenant", p)
+		}
+	}
+	var all []peekJSON
+	c.okJSON(&all, "top", "--all")
+	tenants := 0
+	for _, p := range all {
+		if p.Limiter == "partner-tenant" && slices.Equal(p.Rules, []string{"tenant"}) && slices.Contains([]string{"acme", "globex", "initech"}, p.Key) {
+			tenants++
+		}
+	}
+	if tenants == 0 { // (a tenant's key exists once one of its tasks started)
+		t.Errorf("top --all listed no tenant key of partner-tenant with its rule: %+v", all)
+	}
+	if table := c.ok("top").stdout; !strings.Contains(table, "RULES") || !regexp.MustCompile(`(?m)^all +partner-overall .* overall$`).MatchString(table) {
+		t.Errorf("top's table does not show the overall key under its limiter and rule:\n%s", table)
+	}
 	sum := 0
 	for _, fl := range got.Flows {
 		sum += fl.Waiting

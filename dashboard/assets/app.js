@@ -55,7 +55,8 @@
   }
 
   function policyFacts(l) {
-    const pairs = [["Kind", l.kind + (l.named ? ", named" : ", named after its policy")], ["Policy in force", l.policy || "unknown"], ["From", l.source]];
+    const pairs = [["Kind", l.kind + (l.live ? ", live (applies stored policies)" : "")], ["Policy in force", l.policy || "unknown"], ["From", l.source]];
+    pairs.push(["Used by rules", (l.rules || []).length ? l.rules.join(", ") : "none recorded"]);
     if (l.codePolicy) pairs.push(["In code", l.codePolicy]);
     if (l.storedPolicy) pairs.push(["Stored", l.storedPolicy]);
     for (const o of l.overrides || []) { const s = el("span"); s.append(link(keyHref(o.key), o.key), " → " + o.policy); pairs.push(["Stored for a key", s]); }
@@ -137,7 +138,7 @@
   async function overview() {
     const v = await get("api/overview");
     $("fleet").textContent = v.processes.length + " process" + (v.processes.length === 1 ? "" : "es") + " publishing counts" + (v.processes.length ? ": " + v.processes.join(", ") : "") + ".";
-    fill($("limiters").tBodies[0], v.limiters.map((l) => [link("limiter?" + q({ name: l.name }), l.name), l.kind, l.policy || "unknown", l.source,
+    fill($("limiters").tBodies[0], v.limiters.map((l) => [link("limiter?" + q({ name: l.name }), l.name), (l.rules || []).join(", ") || "–", l.kind, l.policy || "unknown", l.source,
       num(l.keys), num(fmtRate(l.rates.admitted)), num(fmtRate(l.rates.throttled)), num(fmtRate(l.rates.rescheduled)), num(l.heldBack)]));
   }
 

@@ -11,7 +11,7 @@
 //		return err
 //	}
 //	prometheus.MustRegister(c)
-//	limiter, _ := throttle.New(rdb, policy, throttle.WithObserver(c))
+//	limiter, _ := throttle.New(rdb, "partner-api", policy, throttle.WithObserver(c))
 //	th, _ := worker.New(rdb, rules, worker.WithObserver(workermetrics.Observer(c)))
 //
 // The series (jobthrottle_worker_tasks_total, jobthrottle_worker_wait_seconds
