@@ -14,6 +14,8 @@ import (
 
 	"github.com/jobthrottle/jobthrottle/dashboard/internal/fleet"
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
+	"github.com/jobthrottle/jobthrottle/internal/scan"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
 
@@ -57,6 +59,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, answer func(ctx 
 		var bad apiError
 		if errors.As(err, &bad) {
 			status, msg = bad.status, bad.msg
+		} else if errors.Is(err, scan.ErrClusterNode) || redisclient.MovedOnPlainClient(h.client, err) {
+			msg = "dashboard: " + scan.ErrClusterNode.Error()
+			h.cfg.logger.Warn("dashboard: a request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 		} else {
 			h.cfg.logger.Warn("dashboard: a request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 		}

@@ -31,8 +31,10 @@ type Handler struct {
 }
 
 // New returns the dashboard of the limiters in client's Redis (a
-// *redis.Client, or a *redis.ClusterClient for a Redis Cluster). Its
-// options and their defaults:
+// *redis.Client, or a *redis.ClusterClient for a Redis Cluster: given a
+// *redis.Client on one node of a Cluster, which would see that node's keys
+// only, its pages answer with an error that names redis.NewClusterClient).
+// Its options and their defaults:
 //
 //	WithPrefix(p)            "throttle:"        the limiters' and Publishers' key prefix
 //	WithActions(token)       none: read-only    reset, block, unblock, store policies

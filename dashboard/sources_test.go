@@ -142,6 +142,35 @@ func TestDashboardHidesRedisErrors(t *testing.T) {
 	}
 }
 
+// TestDashboardNamesTheClusterClient: given a plain client on one node of a
+// Redis Cluster, which would see that node's keys only, the pages answer
+// 502 with an error that names redis.NewClusterClient (and no address). On
+// one server a plain client is what it takes.
+func TestDashboardNamesTheClusterClient(t *testing.T) {
+	tg := redistest.New(t)
+	cluster, ok := tg.Client.(*redis.ClusterClient)
+	var plain redis.UniversalClient = tg.Client
+	if ok {
+		seed := cluster.Options().Addrs[0]
+		c := redis.NewClient(&redis.Options{Addr: seed})
+		t.Cleanup(func() { _ = c.Close() })
+		plain = c
+	}
+	h, err := dashboard.New(plain, dashboard.WithPrefix(tg.Prefix), dashboard.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{srv: httptestServer(t, h)}
+	status, body := s.get(t, "/api/overview")
+	if ok {
+		if status != http.StatusBadGateway || !strings.Contains(body, "redis.NewClusterClient") || strings.Contains(body, cluster.Options().Addrs[0]) {
+			t.Errorf("overview through a plain client on a Cluster node: %d %s; want 502 naming redis.NewClusterClient, without the address", status, body)
+		}
+	} else if status != http.StatusOK {
+		t.Errorf("overview through a plain client on one server: %d %s", status, body)
+	}
+}
+
 // TestDashboardRefusesHashedKeys: a key stored by its hash cannot be
 // acted on: the dashboard does not have the caller key.
 func TestDashboardRefusesHashedKeys(t *testing.T) {

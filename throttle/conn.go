@@ -168,24 +168,13 @@ func isTimeout(err error) bool {
 // caller gave up; ErrRefused with the cause for an answer of Redis that
 // will not change by itself; ErrUnavailable with the cause otherwise.
 func (c *conn) unavailable(ctx context.Context, err error) error {
-	if _, cluster := c.client.(*redis.ClusterClient); !cluster && movedAnswer(err) {
+	if redisclient.MovedOnPlainClient(c.client, err) {
 		// A plain client on a node of a Redis Cluster: every key of
 		// another node's slots is refused this way, which only a cluster
 		// client mends.
 		return fmt.Errorf("%w: %w (the server is a node of a Redis Cluster: give the limiter a *redis.ClusterClient, redis.NewClusterClient)", ErrRefused, err)
 	}
 	return redisFailure(ctx, err)
-}
-
-// movedAnswer reports a MOVED or ASK answer: the key's slot is served by
-// another node of a Redis Cluster.
-func movedAnswer(err error) bool {
-	var answer redis.Error
-	if !errors.As(err, &answer) {
-		return false
-	}
-	msg := answer.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // redisFailure wraps a failed exchange with Redis, as conn.unavailable

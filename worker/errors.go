@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 )
 
 var (
@@ -105,4 +106,13 @@ func (e *GaveUpError) Unwrap() error {
 		return asynq.RevokeTask
 	}
 	return asynq.SkipRetry
+}
+
+// redisError is err from the Throttler's own client, saying what mends it
+// when the client is a plain one on a node of a Redis Cluster (MOVED).
+func (t *Throttler) redisError(err error) error {
+	if redisclient.MovedOnPlainClient(t.client, err) {
+		return fmt.Errorf("%w (the server is a node of a Redis Cluster: give worker.New a *redis.ClusterClient, redis.NewClusterClient)", err)
+	}
+	return err
 }

@@ -27,7 +27,7 @@ func (t *Throttler) countThrottle(ctx context.Context, rule *Rule, origin string
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, t.redisError(err)
 	}
 	return int(reply[0]), time.Duration(reply[1]) * time.Microsecond, nil
 }

@@ -52,7 +52,7 @@ func (t *Throttler) move(ctx context.Context, queue, id string) (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, t.redisError(err)
 	}
 	return int(result), nil
 }

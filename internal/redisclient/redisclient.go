@@ -3,7 +3,9 @@
 package redisclient
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,4 +18,20 @@ func IsNil(c redis.UniversalClient) bool {
 	}
 	v := reflect.ValueOf(c)
 	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// MovedOnPlainClient reports a MOVED or ASK answer (the key's slot is
+// served by another node of a Redis Cluster) to a client that is not a
+// *redis.ClusterClient: a plain client on a Cluster node, which only a
+// cluster client mends.
+func MovedOnPlainClient(c redis.UniversalClient, err error) bool {
+	if _, cluster := c.(*redis.ClusterClient); cluster {
+		return false
+	}
+	var answer redis.Error
+	if !errors.As(err, &answer) {
+		return false
+	}
+	msg := answer.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }

@@ -5,6 +5,7 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,24 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
+
+// ErrClusterNode reports a plain client on a node of a Redis Cluster, which
+// would see that node's keys only.
+var ErrClusterNode = errors.New("the Redis is a node of a Redis Cluster: scanning it alone finds that node's keys only; give a *redis.ClusterClient (redis.NewClusterClient, or throttlectl --cluster)")
+
+// clusterNode reports whether the server node talks to has cluster mode on
+// (INFO cluster); false when it does not say (an ACL without INFO).
+func clusterNode(ctx context.Context, node *redis.Client, perCall time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, perCall)
+	defer cancel()
+	var info string
+	err := bounded.Call(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = node.Info(ctx, "cluster").Result()
+		return err
+	})
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
+}
 
 // Count is the COUNT hint of each SCAN: how many keys Redis looks at per
 // call.
@@ -70,6 +89,9 @@ func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix st
 			return nil, err
 		}
 	case *redis.Client:
+		if clusterNode(ctx, c, perCall) {
+			return nil, fmt.Errorf("%w: %s", ErrClusterNode, c.Options().Addr)
+		}
 		if err := scan(ctx, c); err != nil {
 			return nil, err
 		}

@@ -79,3 +79,28 @@ func TestPrefixReturnsWithinItsBound(t *testing.T) {
 		t.Errorf("Prefix on a hung Cluster: %v after %s; want DeadlineExceeded within %s", err, took.Round(time.Millisecond), bound)
 	}
 }
+
+// TestPrefixRefusesAClusterNode: a plain client on a node of a Redis
+// Cluster would see that node's keys only: Prefix refuses it with
+// ErrClusterNode, which names the fix. A plain client on one server (or
+// miniredis) scans as usual.
+func TestPrefixRefusesAClusterNode(t *testing.T) {
+	tg := redistest.New(t)
+	var plain *redis.Client
+	switch c := tg.Client.(type) {
+	case *redis.ClusterClient:
+		plain = redis.NewClient(&redis.Options{Addr: c.Options().Addrs[0]})
+		t.Cleanup(func() { _ = plain.Close() })
+	case *redis.Client:
+		plain = c
+	}
+	_, err := scan.Prefix(context.Background(), plain, tg.Prefix, time.Second)
+	if _, cluster := tg.Client.(*redis.ClusterClient); cluster {
+		if !errors.Is(err, scan.ErrClusterNode) {
+			t.Fatalf("a plain client on a Cluster node: %v; want ErrClusterNode", err)
+		}
+		t.Logf("figures: %v", err)
+	} else if err != nil {
+		t.Fatalf("a plain client on one server: %v", err)
+	}
+}
