@@ -149,7 +149,7 @@ func TestDashboardHidesRedisErrors(t *testing.T) {
 func TestDashboardNamesTheClusterClient(t *testing.T) {
 	tg := redistest.New(t)
 	cluster, ok := tg.Client.(*redis.ClusterClient)
-	var plain redis.UniversalClient = tg.Client
+	plain := tg.Client
 	if ok {
 		seed := cluster.Options().Addrs[0]
 		c := redis.NewClient(&redis.Options{Addr: seed})
