@@ -76,9 +76,9 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 
 // observeClaims reports a task's claims under several meters to their
 // limiters' observers once the outcome is known: when every meter admitted
-// the task, each claim (but a start by a booking, reported when it was
-// booked); when one refused, only that one, as throttled, the claims
-// before it having been given back.
+// the task, each claim (a start by a booking made at its release
+// included: the booking was not reported); when one refused, only that
+// one, as throttled, the claims before it having been given back.
 func observeClaims(ctx context.Context, parts []gate.ClaimPart, meters []*Limiter, specs []*spec, claims []gate.Claim, began time.Time) {
 	if len(claims) == 0 {
 		return
@@ -86,7 +86,7 @@ func observeClaims(ctx context.Context, parts []gate.ClaimPart, meters []*Limite
 	last := claims[len(claims)-1]
 	all := len(claims) == len(parts) && (last.Status == gate.Taken || last.Status == gate.Admitted)
 	for i, c := range claims {
-		if (all || i == len(claims)-1) && reportClaim(parts[i].Req, c) {
+		if all || i == len(claims)-1 {
 			meters[i].observeGate(ctx, parts[i].Req.Key, parts[i].Req.N, began, specs[i], c.Status == gate.Taken || c.Status == gate.Admitted, c.Slot, nil)
 		}
 	}

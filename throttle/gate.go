@@ -66,11 +66,12 @@ func init() {
 			return gate.Booking{}, err
 		}
 		// The booking of a waiter's slot on one of its other rules, at its
-		// release: reported as the rule's decision for the task (its start
-		// by the booking is not reported again).
-		if l.cfg.observer != nil {
+		// release: a refusal is the rule's decision for the task now; a
+		// booking made is reported when the task starts by it (its claim),
+		// so that a task late for its slot and booked again counts once.
+		if l.cfg.observer != nil && !res.OK {
 			if sp, err := l.specFor(ctx, key); err == nil {
-				l.observe(ctx, OpReserve, key, n, began, Result{Allowed: res.OK, RetryAfter: res.RetryAfter, policy: sp}, nil)
+				l.observe(ctx, OpReserve, key, n, began, Result{Allowed: false, RetryAfter: res.RetryAfter, policy: sp}, nil)
 			}
 		}
 		b := gate.Booking{OK: res.OK, RetryAfter: res.RetryAfter, Cancel: res.Cancel}
@@ -164,13 +165,6 @@ func startOn(ctx context.Context, limiter any, req gate.StartRequest) (gate.Star
 	// each task's start once.
 	l.observeGate(ctx, req.Key, req.N, began, sp, s.Status == gate.Admitted, s.At, err)
 	return s, err
-}
-
-// reportClaim reports whether a claim is a decision of its own for the
-// limiter's observer: all are but a task's start by the booking its ticket
-// holds (Admitted by a ticket), which was reported when it was booked.
-func reportClaim(req gate.ClaimRequest, c gate.Claim) bool {
-	return req.Held != gate.HeldByTicket || c.Status != gate.Admitted
 }
 
 // observeGate reports a task's start or claim on a meter to the limiter's

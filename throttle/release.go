@@ -73,33 +73,7 @@ func release(ctx context.Context, limiter any, key string, n int, lead, notice t
 		first.More = append(first.More, r)
 		i += releasedLen
 	}
-	observeBooked(ctx, b.Prepared, append([]gate.Released{first}, first.More...))
 	return first, nil
-}
-
-// observeBooked reports to their limiters' observers the bookings the
-// release made on the other rules of the waiters it was prepared for: one
-// admitted reservation per rule and waiter (the task's start by that
-// booking is not reported again).
-func observeBooked(ctx context.Context, prepared []*gate.Prepared, released []gate.Released) {
-	for _, r := range released {
-		if !r.Booked {
-			continue
-		}
-		for _, prep := range prepared {
-			if prep == nil || prep.Waiter != r.Waiter {
-				continue
-			}
-			for _, part := range prep.Along {
-				if m, ok := part.Limiter.(*Limiter); ok && m.cfg.observer != nil {
-					sp, err := m.specFor(ctx, part.Key)
-					if err == nil {
-						m.observe(ctx, OpReserve, part.Key, part.N, m.began(), Result{Allowed: true, policy: sp}, nil)
-					}
-				}
-			}
-		}
-	}
 }
 
 // releasedLen is how many values room.lua returns for each waiter let out.

@@ -79,8 +79,9 @@ func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
 // are booked on the per-tenant rule as they are let out), each limiter's
 // observer sees one admitted decision per task and tenant, so that
 // metrics and the dashboard count every limit a task passed (before, the
-// per-tenant limiter reported nothing). A task that misses its slot is
-// booked again: up to a tenth more is allowed.
+// per-tenant limiter reported nothing). A booking made at a release is
+// counted when the task starts by it, so a task late for its slot, booked
+// again, still counts once (before, CI saw 13 admitted for 12 tasks).
 func TestEveryRuleATaskPassedCountsIt(t *testing.T) {
 	tg := redistest.New(t)
 	var mu sync.Mutex
@@ -114,11 +115,11 @@ func TestEveryRuleATaskPassedCountsIt(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("figures: admitted decisions by limiter and key: %v", admitted)
 	for name, n := range tasks {
-		if got := admitted["partner-per-tenant/"+name]; got < n || got > n+n/10 {
+		if got := admitted["partner-per-tenant/"+name]; got != n {
 			t.Errorf("partner-per-tenant, %s: %d admitted decisions for %d tasks", name, got, n)
 		}
 	}
-	if got := admitted["partner-overall/all"]; got < total || got > total+total/10 {
+	if got := admitted["partner-overall/all"]; got != total {
 		t.Errorf("partner-overall: %d admitted decisions for %d tasks", got, total)
 	}
 }

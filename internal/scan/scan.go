@@ -20,8 +20,10 @@ import (
 var ErrClusterNode = errors.New("the Redis is a node of a Redis Cluster: scanning it alone finds that node's keys only; give a *redis.ClusterClient (redis.NewClusterClient, or throttlectl --cluster)")
 
 // clusterNode reports whether the server node talks to has cluster mode on
-// (INFO cluster); false when it does not say (an ACL without INFO).
-func clusterNode(ctx context.Context, node *redis.Client, perCall time.Duration) bool {
+// (INFO cluster); false when it answers without saying (an ACL without
+// INFO, miniredis). It fails when the server does not answer within
+// perCall, as a SCAN call would.
+func clusterNode(ctx context.Context, node *redis.Client, perCall time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, perCall)
 	defer cancel()
 	var info string
@@ -30,7 +32,11 @@ func clusterNode(ctx context.Context, node *redis.Client, perCall time.Duration)
 		info, err = node.Info(ctx, "cluster").Result()
 		return err
 	})
-	return err == nil && strings.Contains(info, "cluster_enabled:1")
+	var answer redis.Error
+	if errors.As(err, &answer) {
+		return false, nil
+	}
+	return strings.Contains(info, "cluster_enabled:1"), err
 }
 
 // Count is the COUNT hint of each SCAN: how many keys Redis looks at per
@@ -89,7 +95,11 @@ func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix st
 			return nil, err
 		}
 	case *redis.Client:
-		if clusterNode(ctx, c, perCall) {
+		cluster, err := clusterNode(ctx, c, perCall)
+		if err != nil {
+			return nil, fmt.Errorf("scanning %s: %w", c.Options().Addr, err)
+		}
+		if cluster {
 			return nil, fmt.Errorf("%w: %s", ErrClusterNode, c.Options().Addr)
 		}
 		if err := scan(ctx, c); err != nil {
