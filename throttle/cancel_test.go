@@ -30,6 +30,7 @@ func TestCancelledScheduleStillConforms(t *testing.T) {
 	} {
 		for _, p := range []throttle.Policy{throttle.GCRA{Rate: shape.rate, Burst: shape.burst}, throttle.TokenBucket{Rate: shape.rate, Burst: shape.burst}} {
 			t.Run(describe(p), func(t *testing.T) {
+				t.Parallel() // CPU-bound, an embedded Redis of its own per seed: the shapes share the cores
 				for seed := range uint64(8) {
 					checkCancelledScheduleConforms(t, p, shape.rate, shape.burst, seed)
 				}
