@@ -14,6 +14,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
+	"github.com/redis/go-redis/v9"
 )
 
 // liveFleet is a running fleet of asynq servers for the dashboard to show:
@@ -41,6 +42,27 @@ var (
 	capPolicy  = throttle.Concurrency{Limit: 2, Lease: 10 * time.Second}
 )
 
+// startPublisher returns a Publisher on client under the target's prefix,
+// flushing every fleetFlushEvery, closed when the test ends. Started
+// before the fleet's servers, it is closed after their shutdown (cleanups
+// run last first): their last decisions are flushed.
+func startPublisher(t *testing.T, client redis.UniversalClient, tg *redistest.Target, opts ...dashboard.PublisherOption) *dashboard.Publisher {
+	t.Helper()
+	pub, err := dashboard.NewPublisher(client, append([]dashboard.PublisherOption{dashboard.WithPublishPrefix(tg.Prefix),
+		dashboard.WithFlushInterval(fleetFlushEvery)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := pub.Close(ctx); err != nil {
+			t.Errorf("closing a Publisher: %v", err)
+		}
+	})
+	return pub
+}
+
 // startLiveFleet starts the fleet on tg: two servers, each with a named
 // GCRA limiter of 5/s per tenant (a worker.Rate rule keyed by the payload's
 // "tenant") and a cap of 2 tasks at once per tenant, sending
@@ -58,20 +80,7 @@ func startLiveFleet(t *testing.T, tg *redistest.Target, steady []string, bursty 
 	f := asynqtest.NewFleet(t, tg, 0, 0, nil, nil)
 	for i := range fleetServers {
 		client := tg.NewClient(t)
-		pub, err := dashboard.NewPublisher(client, dashboard.WithPublishPrefix(tg.Prefix),
-			dashboard.WithFlushInterval(fleetFlushEvery), dashboard.WithProcessName(fmt.Sprintf("server-%d", i+1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Registered before the server's shutdown, so it runs after it: the
-		// last decisions are flushed.
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := pub.Close(ctx); err != nil {
-				t.Errorf("closing server-%d's Publisher: %v", i+1, err)
-			}
-		})
+		pub := startPublisher(t, client, tg, dashboard.WithProcessName(fmt.Sprintf("server-%d", i+1)))
 		rate, err := throttle.New(client, rateName, ratePolicy, throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -36,17 +35,7 @@ func TestEveryRuleCountsItsTenantsInBrowser(t *testing.T) {
 	}
 	tg := redistest.New(t)
 	client := tg.NewClient(t)
-	pub, err := dashboard.NewPublisher(client, dashboard.WithPublishPrefix(tg.Prefix), dashboard.WithFlushInterval(fleetFlushEvery))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := pub.Close(ctx); err != nil {
-			t.Errorf("closing the Publisher: %v", err)
-		}
-	})
+	pub := startPublisher(t, client, tg)
 	newLimiter := func(name string, perSecond int) *throttle.Limiter {
 		l, err := throttle.New(client, name, throttle.GCRA{Rate: throttle.PerSecond(perSecond), Burst: 1},
 			throttle.WithPrefix(tg.Prefix), throttle.WithObserver(pub))

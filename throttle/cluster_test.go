@@ -2,7 +2,6 @@ package throttle_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,24 +50,9 @@ func TestClusterSpreadsKeys(t *testing.T) {
 		t.Logf("figures: %s: %d caller keys, %d Redis keys, one node", tg.Kind, keys, keys)
 		return
 	}
-	var mu sync.Mutex
-	perMaster := map[string]int{}
-	err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		n := 0
-		iter := node.Scan(ctx, 0, tg.Prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			if iter.Val() != keyspace.Registry(tg.Prefix) { // the registry of names
-				n++
-			}
-		}
-		mu.Lock()
-		perMaster[node.Options().Addr] = n
-		mu.Unlock()
-		return iter.Err()
+	perMaster := keysPerMaster(t, cluster, tg.Prefix, func(key string) bool {
+		return key != keyspace.Registry(tg.Prefix) // the registry of names
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	total := 0
 	for _, n := range perMaster {
 		total += n
@@ -116,13 +100,30 @@ func TestTaggedPrefixKeepsOneSlot(t *testing.T) {
 		}
 		return
 	}
+	perMaster := keysPerMaster(t, cluster, prefix, func(string) bool { return true })
+	t.Logf("figures: cluster: %d caller keys under %q over %d masters: %v", keys, "{jobs}", len(perMaster), perMaster)
+	holding := 0
+	for _, n := range perMaster {
+		if n > 0 {
+			holding++
+		}
+	}
+	if holding != 1 {
+		t.Fatalf("the keys under a tagged prefix are on %d masters, want 1: %v", holding, perMaster)
+	}
+}
+
+// keysPerMaster counts, on each master of cluster, the keys under prefix
+// that count accepts.
+func keysPerMaster(t *testing.T, cluster *redis.ClusterClient, prefix string, count func(key string) bool) map[string]int {
+	t.Helper()
 	var mu sync.Mutex
 	perMaster := map[string]int{}
-	err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+	err := cluster.ForEachMaster(context.Background(), func(ctx context.Context, node *redis.Client) error {
 		n := 0
-		iter := node.Scan(ctx, 0, tg.Prefix+"*", 1000).Iterator()
+		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			if strings.HasPrefix(iter.Val(), prefix) {
+			if count(iter.Val()) {
 				n++
 			}
 		}
@@ -134,14 +135,5 @@ func TestTaggedPrefixKeepsOneSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figures: cluster: %d caller keys under %q over %d masters: %v", keys, "{jobs}", len(perMaster), perMaster)
-	holding := 0
-	for _, n := range perMaster {
-		if n > 0 {
-			holding++
-		}
-	}
-	if holding != 1 {
-		t.Fatalf("the keys under a tagged prefix are on %d masters, want 1: %v", holding, perMaster)
-	}
+	return perMaster
 }

@@ -6,23 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
-
-// hashTag returns the part of key Redis Cluster hashes: the text between the
-// first '{' and the next '}', when that is not empty; else the whole key.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return key
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return key
-	}
-	return key[open+1 : open+1+end]
-}
 
 func TestKeyLayout(t *testing.T) {
 	tg := redistest.Embedded(t)
@@ -58,8 +45,8 @@ func TestKeyLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Key("x"); got != "app:{jobs}:l@gcra:{x}" || hashTag(got) != "jobs" {
-		t.Errorf("WithPrefix with a hash tag: key %q, tag %q", got, hashTag(got))
+	if got := l.Key("x"); got != "app:{jobs}:l@gcra:{x}" || keyspace.HashTag(got) != "jobs" {
+		t.Errorf("WithPrefix with a hash tag: key %q, tag %q", got, keyspace.HashTag(got))
 	}
 	if info, err := throttle.ParseKey("app:{jobs}:", l.Key("x")); err != nil || info.Caller != "x" || info.Name != "l" {
 		t.Errorf("a key under a tagged prefix read back as %+v, %v", info, err)
@@ -85,7 +72,7 @@ func TestCallerKeysCannotEscapeTheirTag(t *testing.T) {
 			t.Fatalf("caller keys %q and %q share the Redis key %q", prev, k, redisKey)
 		}
 		seen[redisKey] = k
-		tag := hashTag(redisKey)
+		tag := keyspace.HashTag(redisKey)
 		if strings.ContainsAny(tag, "{}") || !strings.HasSuffix(redisKey, "{"+tag+"}") {
 			t.Fatalf("caller key %q: Redis key %q hashes on %q, not on the whole caller key", k, redisKey, tag)
 		}

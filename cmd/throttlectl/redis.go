@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jobthrottle/jobthrottle/internal/scan"
 	"github.com/redis/go-redis/v9"
@@ -36,20 +35,16 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
 		}
 		return nil, fmt.Errorf("cannot reach %s at %s: %w", what, a.redis.String(), err)
 	}
-	if cluster == nil && clusterNode(ctx, client) {
+	if plain, ok := client.(*redis.Client); ok {
 		// A plain connection to one node sees that node's keys only, and
-		// is refused the others' (MOVED).
-		_ = client.Close()
-		return nil, usagef("the Redis at %s is a node of a Redis Cluster: give --cluster (seeds of the Cluster), or throttlectl sees this node's keys only", a.redis.String())
+		// is refused the others' (MOVED). A server that does not say is
+		// taken as one server.
+		if node, _ := scan.ClusterNode(ctx, plain, a.timeout); node {
+			_ = client.Close()
+			return nil, usagef("the Redis at %s is a node of a Redis Cluster: give --cluster (seeds of the Cluster), or throttlectl sees this node's keys only", a.redis.String())
+		}
 	}
 	return client, nil
-}
-
-// clusterNode reports whether the server client talks to has cluster mode
-// on (INFO cluster); false when it does not say (an ACL without INFO).
-func clusterNode(ctx context.Context, client redis.UniversalClient) bool {
-	info, err := client.Info(ctx, "cluster").Result()
-	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
 // scanPrefix returns every key that starts with the prefix, found with

@@ -19,11 +19,11 @@ import (
 // would see that node's keys only.
 var ErrClusterNode = errors.New("the Redis is a node of a Redis Cluster: scanning it alone finds that node's keys only; give a *redis.ClusterClient (redis.NewClusterClient, or throttlectl --cluster)")
 
-// clusterNode reports whether the server node talks to has cluster mode on
+// ClusterNode reports whether the server node talks to has cluster mode on
 // (INFO cluster); false when it answers without saying (an ACL without
 // INFO, miniredis). It fails when the server does not answer within
 // perCall, as a SCAN call would.
-func clusterNode(ctx context.Context, node *redis.Client, perCall time.Duration) (bool, error) {
+func ClusterNode(ctx context.Context, node *redis.Client, perCall time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, perCall)
 	defer cancel()
 	var info string
@@ -95,7 +95,7 @@ func Match(ctx context.Context, client redis.UniversalClient, pattern, prefix st
 			return nil, err
 		}
 	case *redis.Client:
-		cluster, err := clusterNode(ctx, c, perCall)
+		cluster, err := ClusterNode(ctx, c, perCall)
 		if err != nil {
 			return nil, fmt.Errorf("scanning %s: %w", c.Options().Addr, err)
 		}
