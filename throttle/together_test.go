@@ -42,14 +42,29 @@ func TestTogetherIsOneRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			capLimiter := newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: time.Minute})
-			// Each script known to Redis, then (maybe) forgotten.
-			if _, err := window.Allow(ctx, "warm"); err != nil {
+			// Each script known to Redis, then (maybe) forgotten: loaded by
+			// limiters of the same policies under other names, on the same
+			// caller key, so that on a Cluster the scripts are known on the
+			// node that holds "k" (each node has its own script cache).
+			warmWindow, err := throttle.New(client, "warm-window", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := meter.Allow(ctx, "warm"); err != nil {
+			warmMeter, err := throttle.New(client, "warm-meter", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 5}, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
 				t.Fatal(err)
 			}
-			if l, _, err := capLimiter.Acquire(ctx, "warm"); err != nil || l == nil {
+			warmCap, err := throttle.NewConcurrencyLimiter(client, "warm-cap", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := warmWindow.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := warmMeter.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			if l, _, err := warmCap.Acquire(ctx, "k"); err != nil || l == nil {
 				t.Fatal(l, err)
 			}
 			if c.flush {
