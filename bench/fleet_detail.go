@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -36,6 +37,11 @@ func (t *tally) label(cmd redis.Cmder) string {
 	name := strings.ToLower(fmt.Sprint(args[0]))
 	if (name == "evalsha" || name == "evalsha_ro") && len(args) > 1 {
 		if s, ok := t.names[fmt.Sprint(args[1])]; ok {
+			// The scripts that do several things say which by ARGV[1].
+			if nkeys, err := strconv.Atoi(fmt.Sprint(args[2])); err == nil && len(args) > 3+nkeys &&
+				(s == "concurrency.lua" || s == "room.lua" || s == "meter_claim.lua") {
+				s += " mode " + fmt.Sprint(args[3+nkeys])
+			}
 			return s
 		}
 		return "script " + fmt.Sprint(args[1])[:8]
