@@ -60,9 +60,11 @@ type ConcurrencyLimiter struct {
 
 	wakerOnce sync.Once
 	waker     *waker // the line's wake-ups, see line.go
-	// onCall receives the payloads of parked waiters called back (set by
-	// the worker through internal/gate).
-	onCall atomic.Pointer[func(payload string)]
+	// parking brings back parked waiters called back (set by the worker
+	// through internal/gate); heads and hold serve it (see parking.go).
+	parking atomic.Pointer[parking]
+	heads   heads
+	hold    atomic.Int64 // nanoseconds, an average of this process's holds
 }
 
 // NewConcurrencyLimiter returns the ConcurrencyLimiter called name that

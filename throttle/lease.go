@@ -15,6 +15,7 @@ type Lease struct {
 	key      string
 	holder   string
 	degraded bool
+	started  time.Time // when the acquiring call was sent
 
 	stop    chan struct{} // closed to stop renewing
 	stopped chan struct{} // closed when the renewals have stopped
@@ -41,6 +42,7 @@ func startLease(c *ConcurrencyLimiter, key, holder string, sent time.Time) *Leas
 		limiter: c,
 		key:     key,
 		holder:  holder,
+		started: sent,
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		lost:    make(chan struct{}),
@@ -76,6 +78,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			return
 		}
 		c := l.limiter
+		c.noteHold(time.Since(l.started))
 		var held bool
 		err := c.cleanup(ctx, func(ctx context.Context) error {
 			var err error

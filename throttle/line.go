@@ -16,16 +16,16 @@ import (
 // through internal/gate.
 
 func init() {
-	gate.CapWait = func(ctx context.Context, limiter any, key, waiter string, budget time.Duration) (any, int, error) {
+	gate.CapWait = func(ctx context.Context, limiter any, key, waiter string, budget time.Duration, park *gate.CapParking) (any, int, bool, error) {
 		c, ok := limiter.(*ConcurrencyLimiter)
 		if !ok {
-			return nil, 0, fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
+			return nil, 0, false, fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
 		}
-		lease, ahead, err := c.waitObserved(ctx, key, waiter, max(budget, 0))
+		lease, ahead, parked, err := c.waitObserved(ctx, key, waiter, max(budget, 0), park)
 		if lease == nil {
-			return nil, ahead, err
+			return nil, ahead, parked, err
 		}
-		return lease, ahead, err
+		return lease, ahead, false, err
 	}
 	gate.CapPark = func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error {
 		c, ok := limiter.(*ConcurrencyLimiter)
@@ -39,9 +39,9 @@ func init() {
 			c.leave(ctx, key, waiter)
 		}
 	}
-	gate.OnCapCall = func(limiter any, fn func(payload string)) {
+	gate.OnCapCall = func(limiter any, call func(payload string), task func(payload string) (string, []string, bool)) {
 		if c, ok := limiter.(*ConcurrencyLimiter); ok {
-			c.onCall.Store(&fn)
+			c.parking.Store(&parking{call: call, task: task})
 		}
 	}
 }
@@ -82,33 +82,35 @@ func (c *ConcurrencyLimiter) lineKeys(key string) []string {
 // left the line. Under [FailOpen] a wait Redis cannot answer is granted a
 // Degraded lease. Release every Lease, typically with defer.
 func (c *ConcurrencyLimiter) AcquireWait(ctx context.Context, key string) (*Lease, error) {
-	lease, _, err := c.waitObserved(ctx, key, newHolderID(), -1)
+	lease, _, _, err := c.waitObserved(ctx, key, newHolderID(), -1, nil)
 	return lease, err
 }
 
 // waitObserved is waitInLine, reported to the limiter's metrics and
 // Observer as one acquire: admitted with a Lease, throttled when the
-// budget ran out first, or the error.
-func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter string, budget time.Duration) (*Lease, int, error) {
+// budget ran out first (or the waiter parked), or the error.
+func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter string, budget time.Duration, park *gate.CapParking) (*Lease, int, bool, error) {
 	start := c.began()
-	lease, ahead, err := c.waitInLine(ctx, key, waiter, budget)
+	lease, ahead, parked, err := c.waitInLine(ctx, key, waiter, budget, park)
 	r := Result{Allowed: lease != nil, Limit: c.policy.Limit}
 	if lease != nil {
 		r.Degraded = lease.degraded
 	}
 	c.observe(ctx, OpAcquire, key, 1, start, r, err)
-	return lease, ahead, err
+	return lease, ahead, parked, err
 }
 
 // waitInLine stands waiter in key's line until it gets a slot, ctx ends or
 // budget runs out (a negative budget never does; a waiter called back from
 // parking waits without one). On ctx's end it leaves the line; when the
 // budget runs out it stays in it and returns a nil Lease: the caller parks
-// it (park) or leaves (leave). ahead is how many waited before it at the
-// last look.
-func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string, budget time.Duration) (lease *Lease, ahead int, err error) {
+// it (park) or leaves (leave). With park, its first call parks it at once
+// when it is too far back in line to get a slot within budget, as the
+// holds go (see noteHold): it returns parked true. ahead is how many waited before it at
+// the last look.
+func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string, budget time.Duration, park *gate.CapParking) (lease *Lease, ahead int, parked bool, err error) {
 	if err := validRequest(key, 1, c.policy.Limit); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	var deadline <-chan time.Time
 	if budget >= 0 {
@@ -119,27 +121,36 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 	woken, leaveChannel := c.wakes().join(c.Key(key)+wakeSuffix, waiter)
 	defer leaveChannel()
 	holder := newHolderID()
+	look := itoa(int64(c.look()))
 	for {
 		sent := time.Now()
 		args := append([]any{"4", holder}, c.params...)
-		args = append(args, itoa(lineEntry.Microseconds()), waiter)
+		args = append(args, itoa(lineEntry.Microseconds()), waiter, look)
+		if park != nil && budget >= 0 {
+			args = append(args, itoa(budget.Microseconds()), park.Payload, itoa(park.TTL.Microseconds()), c.holdMicros())
+			park = nil // the first call only
+		}
 		values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
 		if err != nil {
 			if c.failOpen(ctx, err) {
-				return degradedLease(), 0, nil
+				return degradedLease(), 0, false, nil
 			}
 			c.leave(ctx, key, waiter)
-			return nil, 0, c.unavailable(ctx, err)
+			return nil, 0, false, c.unavailable(ctx, err)
 		}
-		ints, err := intsOf(values, 7)
+		ints, err := intsOf(values, 8)
 		if err != nil {
 			c.leave(ctx, key, waiter)
-			return nil, 0, c.unavailable(ctx, err)
+			return nil, 0, false, c.unavailable(ctx, err)
 		}
+		c.noteHeads(key, values, 8)
 		if ints[0] == 1 {
-			return startLease(c, key, holder, sent), 0, nil
+			return startLease(c, key, holder, sent), 0, false, nil
 		}
 		ahead = int(ints[5])
+		if ints[7] == 1 {
+			return nil, ahead, true, nil
+		}
 		if ints[6] == 1 {
 			deadline = nil // called back: its turn is near
 		}
@@ -150,7 +161,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 				// A release handed it the slot: its lease runs from after
 				// this call was sent.
 				refresh.Stop()
-				return startLease(c, key, holder, sent), 0, nil
+				return startLease(c, key, holder, sent), 0, false, nil
 			}
 		case <-refresh.C:
 		case <-deadline:
@@ -158,15 +169,15 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 			select {
 			case granted := <-woken:
 				if granted { // handed the slot as the budget ran out
-					return startLease(c, key, holder, sent), 0, nil
+					return startLease(c, key, holder, sent), 0, false, nil
 				}
 			default:
 			}
-			return nil, ahead, nil
+			return nil, ahead, false, nil
 		case <-ctx.Done():
 			refresh.Stop()
 			c.leave(ctx, key, waiter)
-			return nil, ahead, fmt.Errorf("throttle: %w", ctx.Err())
+			return nil, ahead, false, fmt.Errorf("throttle: %w", ctx.Err())
 		}
 		refresh.Stop()
 	}
@@ -183,7 +194,7 @@ func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload stri
 	if err != nil {
 		return c.unavailable(ctx, err)
 	}
-	c.called(values) // a slot freed on its way: called back at once
+	c.called(values, 5) // a slot freed on its way: called back at once
 	return nil
 }
 
@@ -192,12 +203,7 @@ func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload stri
 // next in line.
 func (c *ConcurrencyLimiter) leave(ctx context.Context, key, waiter string) {
 	_ = c.cleanup(ctx, func(ctx context.Context) error {
-		args := append([]any{"6", waiter}, c.params...)
-		args = append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead())))
-		values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
-		if err == nil {
-			c.called(values)
-		}
+		_, err := c.freeing(ctx, "6", key, waiter)
 		return err
 	})
 }
@@ -205,32 +211,31 @@ func (c *ConcurrencyLimiter) leave(ctx context.Context, key, waiter string) {
 // release frees holder's slot of key, waking the next in line, and reports
 // whether it was still held.
 func (c *ConcurrencyLimiter) release(ctx context.Context, key, holder string) (bool, error) {
-	args := append([]any{modeRelease, holder}, c.params...)
-	args = append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead())))
-	values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
+	ints, err := c.freeing(ctx, modeRelease, key, holder)
 	if err != nil {
 		return false, err
 	}
-	ints, err := intsOf(values, 5)
-	if err != nil {
-		return false, err
-	}
-	c.called(values)
 	return ints[0] == 1, nil
 }
 
-// called hands the payloads of the parked waiters a release called back
-// (values past the fifth) to the limiter's call function.
-func (c *ConcurrencyLimiter) called(values []any) {
-	if len(values) <= 5 {
-		return
+// freeing runs a release or leave (mode) of id on key, which may free a
+// slot: the next in line are woken, parked waiters called (their tasks
+// moved in the same call when prepared for, see prepared), and the reply's
+// first five values returned.
+func (c *ConcurrencyLimiter) freeing(ctx context.Context, mode, key, id string) ([]int64, error) {
+	extraKeys, extraArgs := c.prepared(key)
+	args := append([]any{mode, id}, c.params...)
+	args = append(append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead()))), extraArgs...)
+	values, err := c.evalValues(ctx, concurrencyScript, append(c.lineKeys(key), extraKeys...), args)
+	if err != nil {
+		return nil, err
 	}
-	fn := c.onCall.Load()
-	for _, v := range values[5:] {
-		if payload, ok := v.(string); ok && fn != nil {
-			(*fn)(payload)
-		}
+	ints, err := intsOf(values, 5)
+	if err != nil {
+		return nil, err
 	}
+	c.called(values, 5)
+	return ints, nil
 }
 
 // intsOf reads the first n values of a script's reply as integers.
@@ -250,7 +255,9 @@ func intsOf(values []any, n int) ([]int64, error) {
 
 // wakes returns the limiter's subscriber, made on first use.
 func (c *ConcurrencyLimiter) wakes() *waker {
-	c.wakerOnce.Do(func() { c.waker = &waker{client: c.client, waiters: map[string]map[string]chan bool{}} })
+	c.wakerOnce.Do(func() {
+		c.waker = &waker{client: c.client, heads: &c.heads, waiters: map[string]map[string]chan bool{}}
+	})
 	return c.waker
 }
 
@@ -262,6 +269,7 @@ func (c *ConcurrencyLimiter) wakes() *waker {
 // subscribe for every task that takes a slot.
 type waker struct {
 	client redis.UniversalClient
+	heads  *heads // told by a release's second message (see concurrency.lua)
 
 	mu         sync.Mutex
 	ps         *redis.PubSub
@@ -334,8 +342,12 @@ func (w *waker) closeIfIdle() {
 // deliver passes ps's messages on until ps is closed.
 func (w *waker) deliver(ps *redis.PubSub) {
 	for msg := range ps.Channel() {
+		ids, heads, listed := strings.Cut(msg.Payload, "\n")
+		if listed {
+			w.heads.noteMessage(msg.Channel, heads)
+		}
 		w.mu.Lock()
-		for _, id := range strings.Split(msg.Payload, ",") {
+		for _, id := range strings.Split(ids, ",") {
 			id, granted := strings.CutPrefix(id, "+")
 			if signal, ok := w.waiters[msg.Channel][id]; ok {
 				select {

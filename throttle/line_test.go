@@ -10,6 +10,7 @@ import (
 	workergate "github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
+	"github.com/redis/go-redis/v9"
 )
 
 // capOf returns a ConcurrencyLimiter of limit on the target.
@@ -175,13 +176,13 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 	c := capOf(t, tg, 1)
 	ctx := context.Background()
 	var calls []string
-	workergate.OnCapCall(c, func(p string) { calls = append(calls, p) })
-	held, _, err := workergate.CapWait(ctx, c, "k", "w0", 0)
+	workergate.OnCapCall(c, func(p string) { calls = append(calls, p) }, nil)
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, nil)
 	if err != nil || held == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
 	}
 	for _, w := range []string{"w1", "w2", "w3"} {
-		if l, _, err := workergate.CapWait(ctx, c, "k", w, 0); err != nil || l != nil {
+		if l, _, _, err := workergate.CapWait(ctx, c, "k", w, 0, nil); err != nil || l != nil {
 			t.Fatalf("CapWait(%s) with the slot held: %v, %v; want it in line", w, l, err)
 		}
 		if err := workergate.CapPark(ctx, c, "k", w, "payload-"+w, time.Minute); err != nil {
@@ -198,7 +199,7 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 	}
 	// w1 comes back and takes the slot; w2, called already, is not called
 	// again by the next release.
-	l1, _, err := workergate.CapWait(ctx, c, "k", "w1", 0)
+	l1, _, _, err := workergate.CapWait(ctx, c, "k", "w1", 0, nil)
 	if err != nil || l1 == nil {
 		t.Fatalf("w1 back: %v, %v; want the slot", l1, err)
 	}
@@ -299,5 +300,212 @@ func TestHandedOverLeaseOutlivesTheKey(t *testing.T) {
 	}
 	if ttl < 9*time.Second {
 		t.Errorf("the holders' key expires in %s after the hand-over; want the new lease's 10 s", ttl)
+	}
+}
+
+// TestRefusedWaiterParksInOneCall: a waiter the worker may park, refused
+// with someone waiting ahead of it and no budget to wait, is parked by the
+// call that refused it (one script call in all), and a release calls it
+// back like one parked on its own; before any hold was seen, it waits in
+// line instead (it cannot tell how long the wait would be). A release
+// keeps its process's holds with the line, for every process's waiters.
+func TestRefusedWaiterParksInOneCall(t *testing.T) {
+	tg := redistest.New(t)
+	counter := &commandCounter{count: map[string]int{}}
+	client := tg.NewClient(t)
+	client.AddHook(counter)
+	c := newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	ctx := context.Background()
+	var mu sync.Mutex
+	var calls []string
+	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
+	park := func(w string) *workergate.CapParking {
+		return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
+	}
+	scripts := func() int {
+		counter.mu.Lock()
+		defer counter.mu.Unlock()
+		return counter.count["evalsha"] + counter.count["eval"]
+	}
+
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, park("w0"))
+	if err != nil || held == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
+	}
+	if l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l != nil || parked || ahead != 0 {
+		t.Fatalf("w1, before any hold was seen: %v, %d ahead, parked %v, %v; want it in line, not parked", l, ahead, parked, err)
+	}
+	// A hold seen (another key's), the next waiter refused behind w1 parks.
+	warm, _, err := c.Acquire(ctx, "warm")
+	if err != nil || warm == nil {
+		t.Fatal(warm, err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := scripts()
+	l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w2", 0, park("w2"))
+	if err != nil || l != nil || !parked || ahead != 1 {
+		t.Fatalf("w2: %v, %d ahead, parked %v, %v; want parked behind 1", l, ahead, parked, err)
+	}
+	if n := scripts() - before; n != 1 {
+		t.Errorf("w2 was refused and parked in %d script calls, want 1", n)
+	}
+	// The release hands the slot to w1 (inline) and calls w2 back.
+	if err := held.(*throttle.Lease).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(calls) != 1 || calls[0] != "payload-w2" {
+		t.Errorf("calls after the release: %q; want w2's payload", calls)
+	}
+	mu.Unlock()
+
+	// That release, with a waiter in line, left its process's holds with
+	// the line: a process that has seen none parks by them.
+	other := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	workergate.OnCapCall(other, func(string) {}, nil)
+	if l, _, parked, err := workergate.CapWait(ctx, other, "k", "w3", 0, park("w3")); err != nil || l != nil || !parked {
+		t.Errorf("w3, in a process that saw no hold: %v, parked %v, %v; want parked by the line's holds", l, parked, err)
+	}
+}
+
+// TestReleaseMovesTheCalledTask: a release that calls parked waiters back
+// moves each one's task to the head of its queue in the same call when it
+// was prepared for them (a wait's reply listed them near the head of the
+// line): that task is pending, at the head, and its payload is not handed
+// to the call function; a task still running (not back in its queue yet)
+// is left to the call function, as without preparing.
+func TestReleaseMovesTheCalledTask(t *testing.T) {
+	tg := redistest.New(t)
+	c := capOf(t, tg, 1)
+	ctx := context.Background()
+	base := tg.Prefix + "asynq:{k}:" // asynq's keys, in the slot of the cap's key "k"
+	keysOf := func(id string) []string {
+		return []string{base + "retry", base + "scheduled", base + "pending", base + "t:" + id}
+	}
+	var calls []string
+	workergate.OnCapCall(c, func(p string) { calls = append(calls, p) }, func(p string) (string, []string, bool) {
+		return p, keysOf(p), true
+	})
+	if err := tg.Client.ZAdd(ctx, base+"retry", redis.Z{Score: 1, Member: "back"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Client.HSet(ctx, base+"t:back", "state", "retry").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Client.HSet(ctx, base+"t:running", "state", "active").Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, nil)
+	if err != nil || held == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
+	}
+	for _, wt := range [][2]string{{"w1", "back"}, {"w2", "running"}} {
+		w, task := wt[0], wt[1]
+		if l, _, _, err := workergate.CapWait(ctx, c, "k", w, 0, nil); err != nil || l != nil {
+			t.Fatalf("CapWait(%s) with the slot held: %v, %v; want it in line", w, l, err)
+		}
+		if err := workergate.CapPark(ctx, c, "k", w, task, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A third waiter stands in line: its wait's reply lists w1 and w2.
+	if l, _, _, err := workergate.CapWait(ctx, c, "k", "w3", 0, nil); err != nil || l != nil {
+		t.Fatalf("CapWait(w3) with the slot held: %v, %v; want it in line", l, err)
+	}
+	if err := held.(*throttle.Lease).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0] != "running" {
+		t.Errorf("calls after the release: %q; want only the running task's payload", calls)
+	}
+	pending, err := tg.Client.LRange(ctx, base+"pending", 0, -1).Result()
+	if err != nil || len(pending) != 1 || pending[0] != "back" {
+		t.Errorf("pending after the release: %q, %v; want the parked task moved there", pending, err)
+	}
+	if state := tg.Client.HGet(ctx, base+"t:back", "state").Val(); state != "pending" {
+		t.Errorf("the moved task's state: %q, want pending", state)
+	}
+	if n := tg.Client.ZCard(ctx, base+"retry").Val(); n != 0 {
+		t.Errorf("%d tasks left in retry, want 0", n)
+	}
+}
+
+// TestHandedOverHolderPreparesItsRelease: the message that hands a freed
+// slot to an inline waiter also names the parked waiters near the head of
+// the line that release did not call, so that the new holder's own
+// release, a hold later, moves the next one's task in the same call (here
+// the holder's process made no other call that could have listed it).
+func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
+	tg := redistest.New(t)
+	c := capOf(t, tg, 1)
+	away := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	ctx := context.Background()
+	base := tg.Prefix + "asynq:{k}:"
+	keysOf := func(id string) []string {
+		return []string{base + "retry", base + "scheduled", base + "pending", base + "t:" + id}
+	}
+	var mu sync.Mutex
+	var calls []string
+	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, func(p string) (string, []string, bool) {
+		return p, keysOf(p), true
+	})
+	workergate.OnCapCall(away, func(string) {}, nil)
+	for _, id := range []string{"task-1", "task-2"} {
+		if err := tg.Client.ZAdd(ctx, base+"retry", redis.Z{Score: 1, Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tg.Client.HSet(ctx, base+"t:"+id, "state", "retry").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, nil)
+	if err != nil || held == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
+	}
+	// wA waits inline, in this process; p1 and p2 park behind it, in another.
+	got := make(chan any, 1)
+	go func() {
+		l, _, _, err := workergate.CapWait(ctx, c, "k", "wA", 10*time.Second, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for {
+		if n, err := tg.Client.ZCard(ctx, c.Key("k")+":line").Result(); err != nil || n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i, w := range []string{"p1", "p2"} {
+		if l, _, _, err := workergate.CapWait(ctx, away, "k", w, 0, nil); err != nil || l != nil {
+			t.Fatalf("CapWait(%s): %v, %v; want it in line", w, l, err)
+		}
+		if err := workergate.CapPark(ctx, away, "k", w, []string{"task-1", "task-2"}[i], time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// w0's release hands the slot to wA and calls p1 (not prepared: its
+	// payload comes back); its message names p2.
+	if err := held.(*throttle.Lease).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lA := <-got
+	if lA == nil {
+		t.Fatal("wA got no slot")
+	}
+	// wA's release calls p2, and moves its task.
+	if err := lA.(*throttle.Lease).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 1 || calls[0] != "task-1" {
+		t.Errorf("calls: %q; want only task-1's (w0's release was not prepared for it)", calls)
+	}
+	if pending := tg.Client.LRange(ctx, base+"pending", 0, -1).Val(); len(pending) != 1 || pending[0] != "task-2" {
+		t.Errorf("pending: %q; want task-2, moved by wA's release", pending)
 	}
 }

@@ -72,8 +72,10 @@ type refusal struct {
 	// leadWait: entering a room (how), the task waits for another meter
 	// too, which has no room for this long.
 	leadWait time.Duration
-	// ahead: parking in a cap's line (how), how many waited before it.
-	ahead int
+	// ahead: parking in a cap's line (how), how many waited before it;
+	// parked: the call that refused it parked it already.
+	ahead  int
+	parked bool
 	// entered: entering a room (how), the task's claim put it there
 	// already, with waiters in the room then.
 	entered bool
@@ -171,12 +173,12 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		if r.conc == nil {
 			continue
 		}
-		got, ahead, err := gate.CapWait(ctx, r.conc, tk.keys[i], tk.waiterID(), budget-time.Since(started))
+		got, ahead, parked, err := gate.CapWait(ctx, r.conc, tk.keys[i], tk.waiterID(), budget-time.Since(started), t.parking(tk))
 		if err != nil {
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
 		if got == nil {
-			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead}
+			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead, parked: parked}
 			p.giveBack(ctx)
 			return p
 		}

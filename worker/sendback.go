@@ -131,8 +131,9 @@ func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles 
 
 // park leaves a task refused by a full concurrency cap in the cap's line,
 // marked away, and sends it back to asynq: a release that frees a slot near
-// its place calls it back (moving it to the head of its queue, see
-// callBack), in time to wait inline for its turn. Its retry time is
+// its place calls it back, moving it to the head of its queue in the same
+// call (or, when that release could not, see callBack), in time to wait
+// inline for its turn. Its retry time is
 // parkFallback away, for the case that nobody calls it; it keeps its place
 // in line until a little after.
 func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
@@ -147,22 +148,48 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 		leave()
 		return gave
 	}
-	id := tk.id
-	if tk.last {
-		id = tk.copyID()
-	}
 	fallback := time.Now().Add(parkFallback)
-	if err := gate.CapPark(ctx, r.rule.conc, r.key, tk.waiterID(), tk.queue+"\x1f"+id, parkFallback+parkMargin); err != nil {
-		leave()
-		r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
-		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
-		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+	if !r.parked { // else the call that refused it parked it (see parking)
+		if err := gate.CapPark(ctx, r.rule.conc, r.key, tk.waiterID(), t.parking(tk).Payload, parkFallback+parkMargin); err != nil {
+			leave()
+			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
+			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
+		}
 	}
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
 	}
 	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: parkFallback})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: parkFallback, until: fallback}
+}
+
+// parking is what a task refused by a cap needs to park in its line at
+// once, in the call that refuses it (see gate.CapWait): its payload, its
+// queue and the asynq ID it comes back as (a copy's, for a task on its
+// last retry, see handOver); nil outside an asynq server, where nothing
+// could call it back.
+func (t *Throttler) parking(tk *task) *gate.CapParking {
+	if tk.queue == "" || tk.id == "" {
+		return nil
+	}
+	id := tk.id
+	if tk.last {
+		id = tk.copyID()
+	}
+	return &gate.CapParking{Payload: tk.queue + "\x1f" + id, TTL: parkFallback + parkMargin}
+}
+
+// parkedTask returns the asynq ID and keys of the task a parked waiter's
+// payload names, so that the release that calls it back moves it to the
+// head of its queue in the same call; ok is false when the caps decide on
+// another Redis than asynq's.
+func (t *Throttler) parkedTask(payload string) (id string, keys []string, ok bool) {
+	queue, id, ok := strings.Cut(payload, "\x1f")
+	if !ok || !t.sameRedis {
+		return "", nil, false
+	}
+	return id, laneKeys(queue, id), true
 }
 
 // A task parked in a cap's line comes back by asynq's own retry after

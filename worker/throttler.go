@@ -112,7 +112,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 	}
 	for _, r := range rules {
 		if r.conc != nil {
-			gate.OnCapCall(r.conc, t.callBack)
+			gate.OnCapCall(r.conc, t.callBack, t.parkedTask)
 			gate.UsedByRule(r.conc, r.name)
 		} else {
 			gate.UsedByRule(r.limiter, r.name)

@@ -60,7 +60,7 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 		case r.conc != nil:
 			ask(func() {
 				var got any
-				got, _, errs[i] = gate.CapWait(ctx2, r.conc, tk.keys[i], tk.waiterID(), 0)
+				got, _, _, errs[i] = gate.CapWait(ctx2, r.conc, tk.keys[i], tk.waiterID(), 0, nil)
 				if got != nil {
 					leases[i] = got.(*throttle.Lease)
 				}

@@ -182,6 +182,13 @@ type Batch struct {
 	Most     int
 }
 
+// CapParking is what a waiter refused by a cap needs to park at once: its
+// payload (see CapPark) and how long its place in line is kept.
+type CapParking struct {
+	Payload string
+	TTL     time.Duration
+}
+
 // Waiting is a waiter in a room: its ID and payload.
 type Waiting struct {
 	ID, Payload string
@@ -294,17 +301,24 @@ var (
 	// key until it gets a slot (its *throttle.Lease), ctx ends (an error)
 	// or budget runs out (nil, nil: the waiter stays in line; park it or
 	// let it leave). A waiter called back from parking waits without a
-	// budget. ahead is how many waited before it at the last look.
-	CapWait func(ctx context.Context, limiter any, key, waiter string, budget time.Duration) (lease any, ahead int, err error)
+	// budget. ahead is how many waited before it at the last look. With
+	// park, a waiter so far back in line that it could not get a slot
+	// within budget (as the limiter's recent holds go) is parked at once,
+	// in the call that refused it: parked is then true.
+	CapWait func(ctx context.Context, limiter any, key, waiter string, budget time.Duration, park *CapParking) (lease any, ahead int, parked bool, err error)
 	// CapPark marks a waiter in line as away for ttl: a release that frees
 	// a slot near its place calls it back, handing payload to the
 	// limiter's OnCapCall function.
 	CapPark func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error
 	// CapLeave takes a waiter out of the line.
 	CapLeave func(ctx context.Context, limiter any, key, waiter string)
-	// OnCapCall sets the function that brings back parked waiters called
-	// by the limiter's releases.
-	OnCapCall func(limiter any, fn func(payload string))
+	// OnCapCall sets what brings back the parked waiters the limiter's
+	// releases call: call, given a called waiter's payload; and task,
+	// which returns the asynq ID and keys (see Prepared.TaskKeys) of a
+	// parked waiter's task from its payload, so that a release that calls
+	// it moves the task to the head of its queue in the same call (ok
+	// false: call does it).
+	OnCapCall func(limiter any, call func(payload string), task func(payload string) (id string, keys []string, ok bool))
 	// ClientOf returns the client a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any

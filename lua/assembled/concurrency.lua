@@ -43,6 +43,22 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- move_to_head moves asynq task id from its queue's retry or scheduled set
+-- to the head of the queue (asynq v0.26's keys: retry, scheduled, pending
+-- and the task's hash, all in the queue's Cluster slot), marking it
+-- pending since now_ns. Returns 1 moved, 2 not there yet (still active:
+-- its handler has not returned), 0 gone (run, moved by asynq, deleted).
+local function move_to_head(retry, scheduled, pending, task, id, now_ns)
+  if redis.call('ZREM', retry, id) == 1 or redis.call('ZREM', scheduled, id) == 1 then
+    redis.call('RPUSH', pending, id) -- the head: workers pop from the right
+    redis.call('HSET', task, 'state', 'pending', 'pending_since', now_ns)
+    return 1
+  end
+  if redis.call('HGET', task, 'state') == 'active' then
+    return 2
+  end
+  return 0
+end
 
 -- concurrency.lua: at most limit holders of a key at once, and a line of
 -- waiters, first come, first served. Holders are members of a sorted set
@@ -81,7 +97,34 @@ end
 -- ARGV[7]  release, leave: how far down the line parked waiters are
 --          called, beyond the slots free; park: the channel to wake inline
 --          waiters on (a slot freed while the waiter was on its way to
---          park goes to it: it is called at once)
+--          park goes to it: it is called at once); wait: look, how many
+--          places from the head of the line to list the parked waiters of
+--          (0: none): the reply then ends with "#" and their ids and
+--          payloads, in pairs, so that the caller's next release of the
+--          key may prepare for them
+-- release, leave: ARGV[8] now in Unix ns (for asynq), ARGV[9] how long
+--          the releasing process's holds of the limiter last, on average,
+--          us (0: unknown; kept with the line, for waits that park),
+--          ARGV[10] look (see wait): when inline waiters are woken, their
+--          message goes on, a line each, with "#" and the ids and payloads
+--          of the parked waiters in the first look places that this call
+--          did not call, telling the process that now holds the slot what
+--          its release may prepare for; ARGV[11] M, the parked waiters
+--          prepared for, then M pairs of a waiter id and its task's asynq
+--          ID; from KEYS[4], four KEYS for each, in turn: asynq's retry,
+--          scheduled and pending keys of the task's queue and the task's
+--          hash. A prepared waiter that is called has its task moved to the
+--          head of its queue in this call (common.lua's move_to_head), and
+--          its payload is not returned (only the called waiters whose task
+--          was not moved are: not back in asynq yet, or gone)
+-- wait:    ARGV[8] budget: how long the waiter may wait here, us (absent
+--          or negative: it does not park here), ARGV[9] its payload,
+--          ARGV[10] how long its entry lasts, us, ARGV[11] how long the
+--          caller's holds last, on average, us (0: unknown). A waiter
+--          refused so far back in line that it would not get a slot within
+--          budget, at about a hold (the line's, else the caller's) over the
+--          limit per waiter ahead, is parked at once, in this call, as
+--          park does
 -- Returns  {ok (0|1), free slots, retry_after_us, reset_after_us, now_us}
 --          acquire: ok = acquired; when full (or others wait), retry_after
 --            estimates the wait as the time until the oldest lease runs out
@@ -90,8 +133,8 @@ end
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
 --            handed it the slot already); else a sixth
---            value, the waiters there (inline) ahead of it, and a seventh,
---            1 when it had been called
+--            value, the waiters there (inline) ahead of it, a seventh,
+--            1 when it had been called, and an eighth, 1 when it parked
 --          park, leave: ok = it stood in line; the payloads of the
 --            waiters called follow, as for release
 --          reset_after_us: until the last current lease runs out
@@ -171,19 +214,33 @@ local function keep(ttl)
   end
 end
 
+-- The parked waiters prepared for (release, leave): waiter id -> the
+-- index of its first KEY and its task's asynq ID.
+local prepared = {}
+if mode == MODE_RELEASE or mode == MODE_LEAVE then
+  local k = 4
+  for i = 12, 11 + 2 * (tonumber(ARGV[11]) or 0), 2 do
+    prepared[ARGV[i]] = {k = k, task = ARGV[i + 1]}
+    k = k + 4
+  end
+end
+
 -- wake hands the free slots to the first waiters in line: inline ones get
 -- them, and are told on the channel (one whose entry names no holder, as
 -- an earlier version wrote, is only woken there, to ask), and parked ones
--- as far as `ahead` beyond the free slots are called (their payloads
--- returned).
-local function wake(reply, channel, ahead)
+-- as far as `ahead` beyond the free slots are called: a prepared one's task
+-- is moved to the head of its queue, the others' payloads returned. With
+-- look, the parked waiters of the first look places it did not call are
+-- told on the channel too (see release).
+local function wake(reply, channel, ahead, look)
   local free = limit - live()
+  look = look or 0
   if free <= 0 and ahead <= 0 then
     return reply
   end
-  local woken = {}
+  local woken, heads = {}, {'#'}
   line(function(id, way, payload, position)
-    if position >= free + ahead and #woken >= free then
+    if position >= free + ahead and #woken >= free and position >= look then
       return true
     end
     if way == 'i' and #woken < free then
@@ -202,13 +259,23 @@ local function wake(reply, channel, ahead)
       local info = redis.call('HGET', KEYS[3], id)
       local expiry = entry(info)
       redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
-      reply[#reply + 1] = payload
+      local p = prepared[id]
+      if not p or move_to_head(KEYS[p.k], KEYS[p.k + 1], KEYS[p.k + 2], KEYS[p.k + 3], p.task, ARGV[8]) ~= 1 then
+        reply[#reply + 1] = payload
+      end
+    elseif way == 'p' and position < look then
+      heads[#heads + 1] = id
+      heads[#heads + 1] = payload
     end
     return false
   end)
   if #woken > 0 then
     prune() -- the key outlives the leases handed over too
-    redis.call('PUBLISH', channel, table.concat(woken, ','))
+    local msg = table.concat(woken, ',')
+    if #heads > 1 then
+      msg = msg .. '\n' .. table.concat(heads, '\n')
+    end
+    redis.call('PUBLISH', channel, msg)
   end
   return reply
 end
@@ -228,7 +295,11 @@ if mode == MODE_RELEASE or mode == MODE_RENEW then
   end
   local reply = {ok, math.max(0, limit - live()), 0, until_last(), now}
   if mode == MODE_RELEASE then
-    return wake(reply, ARGV[5], tonumber(ARGV[7]))
+    local hold = tonumber(ARGV[9]) or 0
+    if hold > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+      redis.call('HSET', KEYS[3], '~hold', int(hold)) -- the line's keys' expiry stands
+    end
+    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
   end
   return reply
 end
@@ -253,7 +324,7 @@ if mode == MODE_PARK or mode == MODE_LEAVE then
   if mode == MODE_LEAVE then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
-    return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]))
+    return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
   end
   local reply = {there, math.max(0, limit - live()), 0, until_last(), now}
   if there == 1 then
@@ -283,7 +354,7 @@ if mode == MODE_WAIT then
     redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
     prune()
     redis.call('HDEL', KEYS[3], id)
-    return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0}
+    return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0, 0}
   end
   local info = redis.call('HGET', KEYS[3], id)
   local called = 0
@@ -299,24 +370,51 @@ if mode == MODE_WAIT then
     redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   end
   keep(ttl)
-  local ahead = 0 -- waiters in line before it, and here: those away do not count
-  line(function(other, way)
+  -- ahead: the waiters in line before it, and here (those away do not
+  -- count); heads: the parked waiters in the first look places.
+  local look = tonumber(ARGV[7]) or 0
+  local ahead, found, heads = 0, false, {}
+  line(function(other, way, payload, position)
     if other == id then
-      return true
-    end
-    if way == 'i' then
+      found = true
+    elseif way == 'i' and not found then
       ahead = ahead + 1
+    elseif way == 'p' and position < look then
+      heads[#heads + 1] = other
+      heads[#heads + 1] = payload
     end
-    return false
+    return found and position + 1 >= look
   end)
+  -- listed ends reply with "#" and heads, when asked to look.
+  local function listed(reply)
+    if look > 0 then
+      reply[#reply + 1] = '#'
+      for _, v in ipairs(heads) do
+        reply[#reply + 1] = v
+      end
+    end
+    return reply
+  end
   if count < limit and ahead < limit - count then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('ZADD', KEYS[1], int(now + lease), holder)
     prune()
-    return {1, limit - count - 1, 0, until_last(), now, 0, called}
+    return listed({1, limit - count - 1, 0, until_last(), now, 0, called, 0})
   end
-  return {0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called}
+  local budget = tonumber(ARGV[8]) or -1
+  local hold = 0
+  if budget >= 0 and called == 0 then
+    hold = tonumber(redis.call('HGET', KEYS[3], '~hold')) or tonumber(ARGV[11]) or 0
+  end
+  if hold > 0 and (ahead + 1) * hold > budget * limit then
+    -- Too far back to wait here: parked at once, as park does.
+    local park_ttl = tonumber(ARGV[10])
+    redis.call('HSET', KEYS[3], id, int(now + park_ttl) .. '|p|' .. ARGV[9])
+    keep(park_ttl)
+    return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, 0, 1})
+  end
+  return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called, 0})
 end
 
 -- acquire or peek: while anyone waits in line (inline, or called back and
