@@ -61,8 +61,8 @@
 --          caller's holds last, on average, us (0: unknown). A waiter
 --          refused so far back in line that it would not get a slot within
 --          budget, at about a hold (the line's, else the caller's) over the
---          limit per waiter ahead, is parked at once, in this call, as
---          park does
+--          limit per waiter ahead of it (there or away: those away come
+--          back first), is parked at once, in this call, as park does
 -- Returns  {ok (0|1), free slots, retry_after_us, reset_after_us, now_us}
 --          acquire: ok = acquired; when full (or others wait), retry_after
 --            estimates the wait as the time until the oldest lease runs out
@@ -71,8 +71,9 @@
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
 --            handed it the slot already); else a sixth
---            value, the waiters there (inline) ahead of it, a seventh,
---            1 when it had been called, and an eighth, 1 when it parked
+--            value, the waiters in line ahead of it (there or away), a
+--            seventh, 1 when it had been called, and an eighth, 1 when it
+--            parked
 --          park, leave: ok = it stood in line; the payloads of the
 --            waiters called follow, as for release
 --          reset_after_us: until the last current lease runs out
@@ -118,11 +119,12 @@ local function entry(info)
   return tonumber(string.sub(info, 1, bar - 1)), string.sub(info, bar + 1, bar + 1), string.sub(info, bar + 3)
 end
 
--- line walks the line from its head, dropping waiters whose entry expired,
--- and calls visit(id, way, payload, position) for each live one (position
--- counts from 0) until visit returns true. Returns the live waiters seen.
-local function line(visit)
-  local ids = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
+-- line walks the first reach (default SCAN) places of the line from its
+-- head, dropping waiters whose entry expired, and calls visit(id, way,
+-- payload, position) for each live one (position counts from 0) until
+-- visit returns true. Returns the live waiters seen.
+local function line(visit, reach)
+  local ids = redis.call('ZRANGE', KEYS[2], 0, (reach or SCAN) - 1)
   local seen = 0
   for i = 1, #ids do
     local info = redis.call('HGET', KEYS[3], ids[i])
@@ -308,21 +310,31 @@ if mode == MODE_WAIT then
     redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   end
   keep(ttl)
-  -- ahead: the waiters in line before it, and here (those away do not
-  -- count); heads: the parked waiters in the first look places.
+  -- The walk: with slots free, until it finds itself or as many waiters
+  -- there (inline) ahead of it as slots free, who take them first (those
+  -- away do not count); heads: the parked waiters in the first look places.
   local look = tonumber(ARGV[7]) or 0
-  local ahead, found, heads = 0, false, {}
-  line(function(other, way, payload, position)
-    if other == id then
-      found = true
-    elseif way == 'i' and not found then
-      ahead = ahead + 1
-    elseif way == 'p' and position < look then
-      heads[#heads + 1] = other
-      heads[#heads + 1] = payload
-    end
-    return found and position + 1 >= look
-  end)
+  local free = limit - count
+  local there, found, heads = 0, false, {}
+  local reach = look
+  if free > 0 then
+    reach = SCAN
+  end
+  if reach > 0 then
+    line(function(other, way, payload, position)
+      if other == id then
+        found = true
+      elseif way == 'i' and not found then
+        there = there + 1
+      elseif way == 'p' and position < look then
+        heads[#heads + 1] = other
+        heads[#heads + 1] = payload
+      end
+      return position + 1 >= look and (free <= 0 or found or there >= free)
+    end, reach)
+  end
+  -- ahead: every waiter in line before it, there or away.
+  local ahead = redis.call('ZRANK', KEYS[2], id) or 0
   -- listed ends reply with "#" and heads, when asked to look.
   local function listed(reply)
     if look > 0 then
@@ -333,7 +345,7 @@ if mode == MODE_WAIT then
     end
     return reply
   end
-  if count < limit and ahead < limit - count then
+  if free > 0 and there < free then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('ZADD', KEYS[1], int(now + lease), holder)

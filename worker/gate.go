@@ -177,6 +177,9 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 		if err != nil {
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
+		if got == nil || !got.(*throttle.Lease).Degraded() {
+			t.noteAnswer() // in line, parked or admitted, Redis answered
+		}
 		if got == nil {
 			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead, parked: parked}
 			p.giveBack(ctx)

@@ -156,6 +156,7 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
+		t.noteAnswer() // parked: Redis answered
 	}
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
