@@ -184,7 +184,8 @@ end
 -- line walks the first reach (default SCAN) places of the line from its
 -- head, dropping waiters whose entry expired, and calls visit(id, way,
 -- payload, position) for each live one (position counts from 0) until
--- visit returns true. Returns the live waiters seen.
+-- visit returns true. Returns the live waiters seen (the last visited
+-- included).
 local function line(visit, reach)
   local ids = redis.call('ZRANGE', KEYS[2], 0, (reach or SCAN) - 1)
   local seen = 0
@@ -199,7 +200,7 @@ local function line(visit, reach)
       redis.call('HDEL', KEYS[3], ids[i])
     else
       if visit(ids[i], way, payload, seen) then
-        return seen
+        return seen + 1
       end
       seen = seen + 1
     end
@@ -234,14 +235,14 @@ end
 -- is moved to the head of its queue, the others' payloads returned. With
 -- look, the parked waiters of the first look places it did not call are
 -- told on the channel too (see release).
-local function wake(reply, channel, ahead, look)
+local function wake(reply, channel, ahead, look, hold)
   local free = limit - live()
   look = look or 0
   if free <= 0 and ahead <= 0 then
     return reply
   end
   local woken, heads = {}, {'#'}
-  line(function(id, way, payload, position)
+  local seen = line(function(id, way, payload, position)
     if position >= free + ahead and #woken >= free and position >= look then
       return true
     end
@@ -271,6 +272,9 @@ local function wake(reply, channel, ahead, look)
     end
     return false
   end)
+  if (hold or 0) > 0 and seen > 0 then
+    redis.call('HSET', KEYS[3], '~hold', int(hold)) -- the line's keys' expiry stands
+  end
   if #woken > 0 then
     prune() -- the key outlives the leases handed over too
     local msg = table.concat(woken, ',')
@@ -297,11 +301,7 @@ if mode == MODE_RELEASE or mode == MODE_RENEW then
   end
   local reply = {ok, math.max(0, limit - live()), 0, until_last(), now}
   if mode == MODE_RELEASE then
-    local hold = tonumber(ARGV[9]) or 0
-    if hold > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
-      redis.call('HSET', KEYS[3], '~hold', int(hold)) -- the line's keys' expiry stands
-    end
-    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
+    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), tonumber(ARGV[9]))
   end
   return reply
 end
@@ -395,8 +395,6 @@ if mode == MODE_WAIT then
       return position + 1 >= look and (free <= 0 or found or there >= free)
     end, reach)
   end
-  -- ahead: every waiter in line before it, there or away.
-  local ahead = redis.call('ZRANK', KEYS[2], id) or 0
   -- listed ends reply with "#" and heads, when asked to look.
   local function listed(reply)
     if look > 0 then
@@ -414,6 +412,8 @@ if mode == MODE_WAIT then
     prune()
     return listed({1, limit - count - 1, 0, until_last(), now, 0, called, 0})
   end
+  -- ahead: every waiter in line before it, there or away.
+  local ahead = redis.call('ZRANK', KEYS[2], id) or 0
   local budget = tonumber(ARGV[8]) or -1
   local hold = 0
   if budget >= 0 and called == 0 then
