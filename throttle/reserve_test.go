@@ -457,3 +457,70 @@ func TestWaitReturnsPromptlyOnCancel(t *testing.T) {
 		})
 	}
 }
+
+// answerHold holds every script call's answer, once Redis has run it
+// (NOSCRIPT answers pass), until released: a caller whose context ends meanwhile has had its call
+// done by Redis without learning the answer.
+type answerHold struct {
+	answered chan struct{} // a token per held answer
+	released chan struct{}
+}
+
+func (h *answerHold) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *answerHold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			h.answered <- struct{}{}
+			<-h.released
+		}
+		return err
+	}
+}
+func (h *answerHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestWaitCancelledMidCallGivesTheSlotBack: a Wait cancelled after Redis
+// booked its slot but before the answer reached it returns at once with
+// the context's error, and the slot is given back as soon as the answer
+// comes.
+func TestWaitCancelledMidCallGivesTheSlotBack(t *testing.T) {
+	for _, p := range []throttle.Policy{
+		throttle.TokenBucket{Rate: throttle.Rate{N: 1, Per: 10 * time.Second}, Burst: 1},
+		throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 10 * time.Second}, Burst: 1},
+	} {
+		t.Run(describe(p), func(t *testing.T) {
+			tg := redistest.New(t)
+			plain := newLimiter(t, tg, p)
+			h := &answerHold{answered: make(chan struct{}, 10), released: make(chan struct{})}
+			held := tg.NewClient(t)
+			held.AddHook(h)
+			l, err := throttle.New(held, policyName(p), p, throttle.WithPrefix(tg.Prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			allowN(t, plain, "k", 1)
+			before := peek(t, plain, "k")
+			ctx, cancel := context.WithCancel(context.Background())
+			errs := make(chan error, 1)
+			go func() { errs <- l.Wait(ctx, "k") }()
+			<-h.answered // booked by Redis; the answer is held
+			cancel()
+			if err := <-errs; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Wait cancelled mid-call: %v; want context.Canceled", err)
+			}
+			if r := peek(t, plain, "k"); r.RetryAfter <= before.RetryAfter {
+				t.Fatalf("after the booking %+v, before it %+v: want the slot booked while its answer is held", r, before)
+			}
+			close(h.released)
+			deadline := time.Now().Add(3 * time.Second)
+			for r := peek(t, plain, "k"); r.RetryAfter > before.RetryAfter; r = peek(t, plain, "k") {
+				if time.Now().After(deadline) {
+					t.Fatalf("before the wait %+v, 3 s after its answer came %+v: the slot is still booked", before, r)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
