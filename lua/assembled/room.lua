@@ -681,7 +681,7 @@ local function release(id, info, flow, payload, tag, units)
     end
     moved = 3 -- moved at the end of the call (see below)
   end
-  room_keep(R, tonumber(ARGV[7]))
+  -- (The room's keys are kept once, at the end of the call.)
   -- The next release may come when the meter's next start is lead away.
   local next_due = now + math.max(0, ceil_div(debt + cost - tolerance - base_lead, den))
   return {1, id, payload, ceil_div(start, den), int(tag), end_us, end_ticks, flow, now, next_due, units, booked, moved}
@@ -836,6 +836,7 @@ for _ = 1, most do
   start = math.max(wait, notice)
   slot_at = now + ceil_div(start, den)
 end
+room_keep(R, tonumber(ARGV[7])) -- waiters were let out: the room outlives them
 -- The tasks go to the head of their queues latest slot first, so that the
 -- earliest is taken first.
 for i = #moves, 1, -1 do
