@@ -106,8 +106,8 @@ func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter strin
 // budget runs out it stays in it and returns a nil Lease: the caller parks
 // it (park) or leaves (leave). With park, its first call parks it at once
 // when it is too far back in line to get a slot within budget, as the
-// holds go (see noteHold): it returns parked true. ahead is how many waited before it at
-// the last look.
+// holds go (see noteHold): it returns parked true. ahead is how many
+// waited before it at the last look.
 func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string, budget time.Duration, park *gate.CapParking) (lease *Lease, ahead int, parked bool, err error) {
 	if err := validRequest(key, 1, c.policy.Limit); err != nil {
 		return nil, 0, false, err
@@ -269,7 +269,7 @@ func (c *ConcurrencyLimiter) wakes() *waker {
 // subscribe for every task that takes a slot.
 type waker struct {
 	client redis.UniversalClient
-	heads  *heads // told by a release's second message (see concurrency.lua)
+	heads  *heads // told by a release's wake-up message (see concurrency.lua)
 
 	mu         sync.Mutex
 	ps         *redis.PubSub

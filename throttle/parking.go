@@ -106,11 +106,11 @@ func (h *heads) noteMessage(channel, msg string) {
 	h.set(strings.TrimSuffix(channel, wakeSuffix), ws)
 }
 
-// prepared returns the KEYS and ARGV a release or leave of key adds for the
-// parked waiters last seen at the head of its line (see concurrency.lua):
-// now for asynq, the average hold, and each waiter whose task the worker
-// can name,
-// when its keys share key's Cluster slot (or the client is one server).
+// prepared returns the KEYS and ARGV a release or leave of key adds (see
+// concurrency.lua): now for asynq, the average hold, the look, and the
+// parked waiters last seen at the head of key's line whose task the worker
+// can name, when the task's keys share key's Cluster slot (or the client
+// is one server).
 func (c *ConcurrencyLimiter) prepared(key string) (keys []string, args []any) {
 	args = []any{strconv.FormatInt(time.Now().UnixNano(), 10), c.holdMicros(), strconv.Itoa(c.look())}
 	p := c.parking.Load()
