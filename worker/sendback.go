@@ -133,9 +133,8 @@ func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles 
 // marked away, and sends it back to asynq: a release that frees a slot near
 // its place calls it back, moving it to the head of its queue in the same
 // call (or, when that release could not, see callBack), in time to wait
-// inline for its turn. Its retry time is
-// parkFallback away, for the case that nobody calls it; it keeps its place
-// in line until a little after.
+// inline for its turn. Its retry time is parkFallback away, for the case
+// that nobody calls it; it keeps its place in line until a little after.
 func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 	leave := func() { gate.CapLeave(ctx, r.rule.conc, r.key, tk.waiterID()) }
 	if tk.queue == "" || tk.id == "" {
