@@ -115,7 +115,7 @@ func (l *Limiter) reserveFor(ctx context.Context, key string, t ticket, n int, m
 
 func (l *Limiter) reserve(ctx context.Context, key string, ticket ticket, n int, maxDelay time.Duration) (*Reservation, error) {
 	start := l.began()
-	res, err := l.book(ctx, key, ticket, n, maxDelay)
+	res, err := l.bookOrGiveBack(ctx, key, ticket, n, maxDelay)
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
 		var r Result
 		if res != nil {
@@ -124,6 +124,42 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket ticket, n int,
 		l.observe(ctx, OpReserve, key, n, start, r, err)
 	}
 	return res, err
+}
+
+// bookOrGiveBack is book on a call that ctx's end does not cut short: by
+// then Redis may have booked the slot, and a booking whose answer never
+// came could not be given back. When ctx ends first it returns ctx's error
+// at once, and the booking, once Redis has answered, is given back in the
+// background (see Reservation.Cancel). A booking by ticket is left as it
+// is: its caller asks again with the ticket and finds it.
+func (l *Limiter) bookOrGiveBack(ctx context.Context, key string, t ticket, n int, maxDelay time.Duration) (*Reservation, error) {
+	if ctx.Done() == nil || t.ID != "" {
+		return l.book(ctx, key, t, n, maxDelay)
+	}
+	type booked struct {
+		res *Reservation
+		err error
+	}
+	done := make(chan booked, 1)
+	go func() {
+		res, err := l.book(context.WithoutCancel(ctx), key, t, n, maxDelay)
+		done <- booked{res, err}
+	}()
+	giveBack := func(b booked) {
+		if b.err == nil {
+			_ = b.res.Cancel(context.Background())
+		}
+	}
+	select {
+	case b := <-done:
+		if ctx.Err() == nil {
+			return b.res, b.err
+		}
+		go giveBack(b) // ctx ended as the answer came: as if first
+	case <-ctx.Done():
+		go func() { giveBack(<-done) }()
+	}
+	return nil, l.unavailable(ctx, ctx.Err())
 }
 
 // book validates a reservation and runs its script.

@@ -481,46 +481,61 @@ func (h *answerHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// TestWaitCancelledMidCallGivesTheSlotBack: a Wait cancelled after Redis
-// booked its slot but before the answer reached it returns at once with
-// the context's error, and the slot is given back as soon as the answer
-// comes.
+// TestWaitCancelledMidCallGivesTheSlotBack: a Wait or Reserve cancelled
+// after Redis booked its slot but before the answer reached it returns at
+// once with the context's error, and the slot is given back as soon as
+// the answer comes.
 func TestWaitCancelledMidCallGivesTheSlotBack(t *testing.T) {
+	calls := map[string]func(context.Context, *throttle.Limiter) error{
+		"Wait": func(ctx context.Context, l *throttle.Limiter) error { return l.Wait(ctx, "k") },
+		"Reserve": func(ctx context.Context, l *throttle.Limiter) error {
+			_, err := l.Reserve(ctx, "k", 1, time.Minute)
+			return err
+		},
+	}
 	for _, p := range []throttle.Policy{
 		throttle.TokenBucket{Rate: throttle.Rate{N: 1, Per: 10 * time.Second}, Burst: 1},
 		throttle.GCRA{Rate: throttle.Rate{N: 1, Per: 10 * time.Second}, Burst: 1},
 	} {
-		t.Run(describe(p), func(t *testing.T) {
-			tg := redistest.New(t)
-			plain := newLimiter(t, tg, p)
-			h := &answerHold{answered: make(chan struct{}, 10), released: make(chan struct{})}
-			held := tg.NewClient(t)
-			held.AddHook(h)
-			l, err := throttle.New(held, policyName(p), p, throttle.WithPrefix(tg.Prefix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			allowN(t, plain, "k", 1)
-			before := peek(t, plain, "k")
-			ctx, cancel := context.WithCancel(context.Background())
-			errs := make(chan error, 1)
-			go func() { errs <- l.Wait(ctx, "k") }()
-			<-h.answered // booked by Redis; the answer is held
-			cancel()
-			if err := <-errs; !errors.Is(err, context.Canceled) {
-				t.Fatalf("Wait cancelled mid-call: %v; want context.Canceled", err)
-			}
-			if r := peek(t, plain, "k"); r.RetryAfter <= before.RetryAfter {
-				t.Fatalf("after the booking %+v, before it %+v: want the slot booked while its answer is held", r, before)
-			}
-			close(h.released)
-			deadline := time.Now().Add(3 * time.Second)
-			for r := peek(t, plain, "k"); r.RetryAfter > before.RetryAfter; r = peek(t, plain, "k") {
-				if time.Now().After(deadline) {
-					t.Fatalf("before the wait %+v, 3 s after its answer came %+v: the slot is still booked", before, r)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		})
+		for name, call := range calls {
+			t.Run(name+" "+describe(p), func(t *testing.T) { cancelledMidCall(t, p, call) })
+		}
+	}
+}
+
+// cancelledMidCall runs one case of TestWaitCancelledMidCallGivesTheSlotBack:
+// call, on a limiter of p whose script answers are held, cancelled once
+// Redis has booked.
+func cancelledMidCall(t *testing.T, p throttle.Policy, call func(context.Context, *throttle.Limiter) error) {
+	t.Helper()
+	tg := redistest.New(t)
+	plain := newLimiter(t, tg, p)
+	h := &answerHold{answered: make(chan struct{}, 10), released: make(chan struct{})}
+	held := tg.NewClient(t)
+	held.AddHook(h)
+	l, err := throttle.New(held, policyName(p), p, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowN(t, plain, "k", 1)
+	before := peek(t, plain, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- call(ctx, l) }()
+	<-h.answered // booked by Redis; the answer is held
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled mid-call: %v; want context.Canceled", err)
+	}
+	if r := peek(t, plain, "k"); r.RetryAfter <= before.RetryAfter {
+		t.Fatalf("after the booking %+v, before it %+v: want the slot booked while its answer is held", r, before)
+	}
+	close(h.released)
+	deadline := time.Now().Add(3 * time.Second)
+	for r := peek(t, plain, "k"); r.RetryAfter > before.RetryAfter; r = peek(t, plain, "k") {
+		if time.Now().After(deadline) {
+			t.Fatalf("before the wait %+v, 3 s after its answer came %+v: the slot is still booked", before, r)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -32,7 +32,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if bounded {
 			maxDelay = max(0, time.Until(deadline))
 		}
-		res, err := l.reserveForWait(ctx, key, n, maxDelay)
+		res, err := l.Reserve(ctx, key, n, maxDelay)
 		if err != nil {
 			return err
 		}
@@ -54,33 +54,5 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if err := sleep(ctx, r.RetryAfter); err != nil {
 			return err
 		}
-	}
-}
-
-// reserveForWait books like Reserve, on a call that ctx's end does not cut
-// short: Redis may have booked the slot by then, and a booking whose
-// answer never came could not be given back. When ctx ends first it
-// returns at once with ctx's error, and the booking, once Redis has
-// answered, is given back in the background (see Reservation.Cancel).
-func (l *Limiter) reserveForWait(ctx context.Context, key string, n int, maxDelay time.Duration) (*Reservation, error) {
-	type booked struct {
-		res *Reservation
-		err error
-	}
-	done := make(chan booked, 1)
-	go func() {
-		res, err := l.Reserve(context.WithoutCancel(ctx), key, n, maxDelay)
-		done <- booked{res, err}
-	}()
-	select {
-	case b := <-done:
-		return b.res, b.err
-	case <-ctx.Done():
-		go func() {
-			if b := <-done; b.err == nil {
-				_ = b.res.Cancel(context.Background())
-			}
-		}()
-		return nil, fmt.Errorf("throttle: wait abandoned: %w", ctx.Err())
 	}
 }
