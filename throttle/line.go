@@ -143,7 +143,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 			c.leave(ctx, key, waiter)
 			return nil, 0, false, c.unavailable(ctx, err)
 		}
-		c.noteHeads(key, values, 8)
+		c.noteHeads(key, values)
 		if ints[0] == 1 {
 			return startLease(c, key, holder, sent), 0, false, nil
 		}
@@ -194,7 +194,7 @@ func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload stri
 	if err != nil {
 		return c.unavailable(ctx, err)
 	}
-	c.called(values, 5) // a slot freed on its way: called back at once
+	c.called(values) // a slot freed on its way: called back at once
 	return nil
 }
 
@@ -234,7 +234,7 @@ func (c *ConcurrencyLimiter) freeing(ctx context.Context, mode, key, id string) 
 	if err != nil {
 		return nil, err
 	}
-	c.called(values, 5)
+	c.called(values)
 	return ints, nil
 }
 

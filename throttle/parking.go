@@ -74,9 +74,10 @@ func (c *ConcurrencyLimiter) look() int {
 const maxLook = 16
 
 // noteHeads remembers the parked waiters a wait's reply on key lists
-// after its "#" (from index from on); a reply without "#" changes nothing.
-func (c *ConcurrencyLimiter) noteHeads(key string, values []any, from int) {
-	for i := from; i < len(values); i++ {
+// after its "#" (past its eight values); a reply without "#" changes
+// nothing.
+func (c *ConcurrencyLimiter) noteHeads(key string, values []any) {
+	for i := 8; i < len(values); i++ {
 		if s, _ := values[i].(string); s != "#" {
 			continue
 		}
@@ -107,13 +108,17 @@ func (h *heads) noteMessage(channel, msg string) {
 }
 
 // prepared returns the KEYS and ARGV a release or leave of key adds (see
-// concurrency.lua): now for asynq, the average hold, the look, and the
-// parked waiters last seen at the head of key's line whose task the worker
-// can name, when the task's keys share key's Cluster slot (or the client
-// is one server).
+// concurrency.lua): now for asynq, the average hold (when a worker parks
+// waiters here), the look, and the parked waiters last seen at the head of
+// key's line whose task the worker can name, when the task's keys share
+// key's Cluster slot (or the client is one server).
 func (c *ConcurrencyLimiter) prepared(key string) (keys []string, args []any) {
-	args = []any{strconv.FormatInt(time.Now().UnixNano(), 10), c.holdMicros(), strconv.Itoa(c.look())}
 	p := c.parking.Load()
+	hold := "0" // nothing parks here (no worker brings parked waiters back): the line needs none
+	if p != nil {
+		hold = c.holdMicros()
+	}
+	args = []any{strconv.FormatInt(time.Now().UnixNano(), 10), hold, strconv.Itoa(c.look())}
 	var ws []parkedWaiter
 	holders := c.Key(key)
 	if p != nil && p.task != nil {
@@ -132,17 +137,16 @@ func (c *ConcurrencyLimiter) prepared(key string) (keys []string, args []any) {
 	return keys, append(append(args, strconv.Itoa(len(pairs)/2)), pairs...)
 }
 
-// called hands the payloads of the parked waiters a reply says were
-// called and not moved (values from index from on, up to a "#") to the
+// called hands the payloads of the parked waiters a release, leave or
+// park called back and did not move (its values past the fifth) to the
 // worker's call function.
-func (c *ConcurrencyLimiter) called(values []any, from int) {
+func (c *ConcurrencyLimiter) called(values []any) {
 	p := c.parking.Load()
-	for _, v := range values[min(from, len(values)):] {
-		payload, ok := v.(string)
-		if !ok || payload == "#" {
-			return
-		}
-		if p != nil && p.call != nil {
+	if p == nil || p.call == nil {
+		return
+	}
+	for _, v := range values[min(5, len(values)):] {
+		if payload, ok := v.(string); ok {
 			p.call(payload)
 		}
 	}
@@ -169,8 +173,8 @@ func (c *ConcurrencyLimiter) noteHold(d time.Duration) {
 	}
 }
 
-// holdMicros is the average hold, us, as the script takes it ("0":
-// none seen yet).
+// holdMicros is the average hold, us, as the script takes it ("0": none
+// seen yet).
 func (c *ConcurrencyLimiter) holdMicros() string {
 	return strconv.FormatInt(c.hold.Load()/int64(time.Microsecond), 10)
 }
