@@ -36,9 +36,12 @@ func TestThrottlectlRedisURL(t *testing.T) {
 	t.Parallel()
 	peek := []string{"peek", "--name", pol("gcra:10/1h:5"), "--policy", "gcra:10/1h:5", "tenant-1"}
 	t.Run("password", func(t *testing.T) {
+		// Auth is required before any connection: miniredis does not lock
+		// it against the connections it serves (the limiter's background
+		// write to the registry of names may be one).
 		m := miniredis.RunT(t)
-		prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr()}), "tenant-1")
 		m.RequireAuth("s3cret")
+		prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr(), Password: "s3cret"}), "tenant-1")
 		var got peekJSON
 		r := runBinary(t, append([]string{"--json", "--redis", "redis://:s3cret@" + m.Addr(), "--prefix", prefix}, peek...)...)
 		if r.code != 0 || decode(t, r, &got).Remaining != 4 {
@@ -54,8 +57,8 @@ func TestThrottlectlRedisURL(t *testing.T) {
 	})
 	t.Run("ACL user and database", func(t *testing.T) {
 		m := miniredis.RunT(t)
-		prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr(), DB: 3}), "tenant-1")
-		m.RequireUserAuth("ops", "pw")
+		m.RequireUserAuth("ops", "pw") // before any connection, as above
+		prefix := seed(t, redis.NewClient(&redis.Options{Addr: m.Addr(), Username: "ops", Password: "pw", DB: 3}), "tenant-1")
 		var got peekJSON
 		r := runBinary(t, append([]string{"--json", "--redis", "redis://ops:pw@" + m.Addr() + "/3", "--prefix", prefix}, peek...)...)
 		if r.code != 0 || decode(t, r, &got).Remaining != 4 {
