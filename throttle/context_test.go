@@ -220,9 +220,13 @@ func TestLostWhenRedisStopsAnswering(t *testing.T) {
 }
 
 // TestReleaseDoesNotCloseLost: a lease released while held is not lost.
+//
+// The lease is 900 ms (a renewal every 300 ms) so that a renewal delayed by
+// a busy machine cannot let it run out: CI once saw a 150 ms lease lapse
+// when its 50 ms renewals stalled for over 100 ms under -race and two lanes.
 func TestReleaseDoesNotCloseLost(t *testing.T) {
 	tg := redistest.New(t)
-	conc, err := throttle.NewConcurrencyLimiter(tg.Client, "conc", throttle.Concurrency{Limit: 1, Lease: 150 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
+	conc, err := throttle.NewConcurrencyLimiter(tg.Client, "conc", throttle.Concurrency{Limit: 1, Lease: 900 * time.Millisecond}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +235,7 @@ func TestReleaseDoesNotCloseLost(t *testing.T) {
 		if err != nil || l == nil {
 			t.Fatalf("Acquire %d: %v, %v", i, l, err)
 		}
-		time.Sleep(time.Duration(i) * 30 * time.Millisecond) // release mid-renewal, now and then
+		time.Sleep(time.Duration(i) * conc.Policy().Heartbeat() / 3) // release mid-renewal, now and then
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
