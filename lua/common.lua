@@ -371,6 +371,17 @@ local function waiting_info(eligible, tag, units, flow, payload)
   return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
 end
 
+-- room_lease returns who holds a room's dispatcher lease (key; see
+-- room.lua's release) and when it ends, us on the Redis clock: '' and 0
+-- when nobody does.
+local function room_lease(key, now)
+  local holder = redis.call('GET', key)
+  if not holder then
+    return '', 0
+  end
+  return holder, now + math.max(0, redis.call('PTTL', key)) * 1000
+end
+
 -- enter_room puts waiter id of flow in a room, to start no sooner than
 -- after us from now, its start taking units; weight 0 queues it first
 -- come, first served, 1 and more share the room fairly between flows (a

@@ -48,7 +48,7 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 		args = append(args, claimArgs(specs[i], p.Req)...)
 	}
 	if entry != nil {
-		keys = append(keys, states[0]+flowsSuffix, states[0]+heldSuffix)
+		keys = append(keys, states[0]+flowsSuffix, states[0]+heldSuffix, states[0]+dispatcherSuffix)
 		args = append(args, entry.Flow, strconv.Itoa(entry.Weight), itoa(max(0, entry.Late.Microseconds())), entry.Payload)
 	}
 	values, err := meters[0].evalValues(ctx, meterClaimScript, keys, args)
@@ -59,10 +59,13 @@ func claimAll(ctx context.Context, parts []gate.ClaimPart, entry *gate.Entry) (g
 			out.Claims = append(out.Claims, c)
 		}
 	}
-	if rest := len(values) - 6*len(out.Claims); err == nil && rest == 3 {
+	if rest := len(values) - 6*len(out.Claims); err == nil && rest == 5 {
 		var size int64
-		size, err = asInt(values[len(values)-3])
+		size, err = asInt(values[len(values)-5])
 		out.Entered, out.Waiters = true, int(size)
+		if err == nil {
+			out.Lease, err = roomLeaseOf(values[len(values)-2:])
+		}
 	}
 	if err == nil && len(out.Claims) == 0 {
 		err = fmt.Errorf("meter_claim.lua returned %d values for %d meters", len(values), len(parts))
@@ -133,11 +136,11 @@ func claimInTurn(ctx context.Context, parts []gate.ClaimPart, meters []*Limiter,
 			after = max(0, c.Wait)
 		}
 		first := parts[0].Req
-		size, err := enterRoom(ctx, parts[0].Limiter, first.Key, first.Ticket, entry.Flow, entry.Weight, first.N, after, entry.Payload)
+		size, lease, err := enterRoom(ctx, parts[0].Limiter, first.Key, first.Ticket, entry.Flow, entry.Weight, first.N, after, entry.Payload)
 		if err != nil {
 			return gate.Claimed{}, err
 		}
-		out.Entered, out.Waiters = true, size
+		out.Entered, out.Waiters, out.Lease = true, size, lease
 		return out, nil
 	}
 	return out, nil

@@ -88,7 +88,7 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 		name := map[bool]string{true: "one call", false: "a call per meter"}[together]
 		t.Run(name, func(t *testing.T) {
 			tg := redistest.Embedded(t)
-			tg.Clock(t)
+			clock := tg.Clock(t)
 			client := tg.Client
 			if !together {
 				client = otherClient{tg.Client}
@@ -110,12 +110,22 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 			if got := claim("w1"); got.Entered || got.Claims[0].Status != workergate.Taken {
 				t.Fatalf("first: %+v; want its start taken, not entered", got)
 			}
-			if got := claim("w2"); !got.Entered || got.Waiters != 1 || got.Claims[0].Status != workergate.NoCapacity {
-				t.Fatalf("second, with no wait allowed: %+v; want it refused and in the room, alone", got)
+			if got := claim("w2"); !got.Entered || got.Waiters != 1 || got.Claims[0].Status != workergate.NoCapacity || got.Lease != (workergate.RoomLease{}) {
+				t.Fatalf("second, with no wait allowed: %+v; want it refused and in the room, alone, nobody holding its lease", got)
 			}
 			rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
 			if err != nil || !rel.OK || rel.Waiter != "w2" || rel.Flow != "acme" || rel.Payload != "payload of w2" {
 				t.Fatalf("release: %+v, %v; want w2 of flow acme let out, with its payload", rel, err)
+			}
+			// A dispatcher takes the room's lease: the next to enter learns
+			// who holds it and till when, so that its process need not ask.
+			a := workergate.Dispatcher{ID: "a", Lease: 5 * time.Second}
+			if _, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, a, workergate.Batch{}); err != nil {
+				t.Fatal(err)
+			}
+			want := workergate.RoomLease{Holder: "a", Until: clock.Now().Add(a.Lease)}
+			if got := claim("w3"); !got.Entered || got.Lease.Holder != want.Holder || !got.Lease.Until.Equal(want.Until) {
+				t.Fatalf("third, after a's release: %+v; want it in the room, told of %+v", got, want)
 			}
 		})
 	}
@@ -139,7 +149,7 @@ func TestPreparedReleaseBooksAndMoves(t *testing.T) {
 	tg.Client.ZAdd(ctx, retry, redis.Z{Score: 1, Member: "task1"})
 	tg.Client.HSet(ctx, task, "state", "retry")
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := workergate.EnterRoom(ctx, overall, "all", w, "acme", 1, 1, 0, "payload of "+w); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, overall, "all", w, "acme", 1, 1, 0, "payload of "+w); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +210,7 @@ func TestPreparedBatch(t *testing.T) {
 		id := "task" + itoa(i+1)
 		tg.Client.ZAdd(ctx, retry, redis.Z{Score: 1, Member: id})
 		tg.Client.HSet(ctx, tg.Prefix+"t:"+id, "state", "retry")
-		if _, err := workergate.EnterRoom(ctx, overall, "all", w, "tenant-"+w, 1, 1, 0, "payload"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, overall, "all", w, "tenant-"+w, 1, 1, 0, "payload"); err != nil {
 			t.Fatal(err)
 		}
 		prepared = append(prepared, &workergate.Prepared{Waiter: w, TaskID: id, TaskKeys: []string{retry, scheduled, pending, tg.Prefix + "t:" + id},

@@ -309,29 +309,52 @@ func (l *Limiter) roomKeys(key string) []string {
 	return []string{state, state + roomSuffix, state + waitersSuffix, state + flowsSuffix, state + heldSuffix, state + asideSuffix}
 }
 
-func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, error) {
+func enterRoom(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, gate.RoomLease, error) {
 	l, err := meterOf(limiter)
 	if err != nil {
-		return 0, err
+		return 0, gate.RoomLease{}, err
 	}
 	switch {
 	case key == "" || waiter == "" || flow == "":
-		return 0, fmt.Errorf("%w: a room needs a key, a waiter and a flow", ErrInvalidKey)
+		return 0, gate.RoomLease{}, fmt.Errorf("%w: a room needs a key, a waiter and a flow", ErrInvalidKey)
 	case weight < 0:
-		return 0, fmt.Errorf("%w: a flow's weight must not be negative, got %d", ErrInvalidN, weight)
+		return 0, gate.RoomLease{}, fmt.Errorf("%w: a flow's weight must not be negative, got %d", ErrInvalidN, weight)
 	case n < 1:
-		return 0, fmt.Errorf("%w: a waiter takes at least 1 unit, got %d", ErrInvalidN, n)
+		return 0, gate.RoomLease{}, fmt.Errorf("%w: a waiter takes at least 1 unit, got %d", ErrInvalidN, n)
 	}
 	args := []any{"0", waiter, flow, strconv.Itoa(weight), itoa(max(0, after.Microseconds())), payload, itoa(roomLifetime.Microseconds()), strconv.Itoa(n)}
-	values, err := l.evalValues(ctx, roomScript, l.roomKeys(key), args)
-	if err != nil {
-		return 0, l.unavailable(ctx, err)
+	state := l.Key(key)
+	keys := append(l.roomKeys(key), state+startsSuffix, state+dispatcherSuffix)
+	values, err := l.evalValues(ctx, roomScript, keys, args)
+	if err == nil && len(values) != 5 {
+		err = fmt.Errorf("room.lua returned %d values to enter, want 5", len(values))
 	}
-	size, err := asInt(values[0])
-	if err != nil {
-		return 0, l.unavailable(ctx, err)
+	var size int64
+	var lease gate.RoomLease
+	if err == nil {
+		size, err = asInt(values[0])
 	}
-	return int(size), nil
+	if err == nil {
+		lease, err = roomLeaseOf(values[3:])
+	}
+	if err != nil {
+		return 0, gate.RoomLease{}, l.unavailable(ctx, err)
+	}
+	return int(size), lease, nil
+}
+
+// roomLeaseOf reads a room's dispatcher lease from a script's reply: its
+// holder and end, us.
+func roomLeaseOf(values []any) (gate.RoomLease, error) {
+	holder, ok := values[0].(string)
+	if !ok {
+		return gate.RoomLease{}, fmt.Errorf("a room's lease holder is %T, want a string", values[0])
+	}
+	until, err := asInt(values[1])
+	if err != nil || holder == "" {
+		return gate.RoomLease{}, err
+	}
+	return gate.RoomLease{Holder: holder, Until: time.UnixMicro(until)}, nil
 }
 
 func putBack(ctx context.Context, limiter any, key string, n int, r gate.Released, until time.Time) error {

@@ -21,7 +21,7 @@ func TestRoomReleaseGivesNotice(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestRoomHoldsAFlowItIsGiven(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	ctx := context.Background()
 	for _, w := range []struct{ id, flow string }{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}} {
-		if _, err := workergate.EnterRoom(ctx, l, "all", w.id, w.flow, 1, 1, 0, "p"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", w.id, w.flow, 1, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "a"+itoa(i), "a", 1, 1, 0, "p"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "a"+itoa(i), "a", 1, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +152,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	if err != nil || rel.OK {
 		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
 	}
-	size, err := workergate.EnterRoom(ctx, l, "all", "b0", "b", 1, 1, 0, "p")
+	size, _, err := workergate.EnterRoom(ctx, l, "all", "b0", "b", 1, 1, 0, "p")
 	if err != nil || size != 4 {
 		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
 	}
@@ -173,7 +173,7 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	for i := range 6 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,7 +236,7 @@ func TestReleaseLetsSeveralOutInOneCall(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
 	ctx := context.Background()
 	for i := range 6 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"+itoa(i)); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "w"+itoa(i), "f", 0, 1, 0, "p"+itoa(i)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -102,11 +102,11 @@ func TestRoomReleasesFairly(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
 	ctx := context.Background()
 	for i := range 4 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, 1, 0, "h"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "heavy-"+itoa(i), "heavy", 1, 1, 0, "h"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, 1, 0, "l"); err != nil {
+	if _, _, err := workergate.EnterRoom(ctx, l, "all", "light-0", "light", 1, 1, 0, "l"); err != nil {
 		t.Fatal(err)
 	}
 	if c := claim(t, l, workergate.ClaimRequest{Key: "all", N: 1, Held: workergate.HeldByRoom, Ticket: "fresh", MaxWait: time.Second}); c.Status != workergate.NoCapacity || !c.Slot.IsZero() {
@@ -154,7 +154,7 @@ func TestRoomReleasesEveryWaiter(t *testing.T) {
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000000), Burst: 1000})
 	ctx := context.Background()
 	for i := range 105 {
-		if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("w%03d", i), "f", 1, 1, 0, "p"); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("w%03d", i), "f", 1, 1, 0, "p"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestClaimsAreAtTheirSlots(t *testing.T) {
 	ctx := context.Background()
 	allowN(t, room, "r", 1) // the next start is 100ms away
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := workergate.EnterRoom(ctx, room, "r", w, "f", 1, 1, 0, "q/"+w); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, room, "r", w, "f", 1, 1, 0, "q/"+w); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -264,7 +264,7 @@ func TestWaitersKeepTheirPlace(t *testing.T) {
 	along := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(4), Burst: 1})
 	ctx := context.Background()
 	for _, e := range []struct{ waiter, payload string }{{"w1", "q/copy-1"}, {"w2", "q/w2"}, {"w1", "q/copy-2"}} {
-		if _, err := workergate.EnterRoom(ctx, room, "r", e.waiter, "f", 1, 1, 0, e.payload); err != nil {
+		if _, _, err := workergate.EnterRoom(ctx, room, "r", e.waiter, "f", 1, 1, 0, e.payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,7 +316,7 @@ func TestHeldFlowsDoNotBlockOthers(t *testing.T) {
 	enter := func(flow string, n int) {
 		t.Helper()
 		for i := range n {
-			if _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("%s-%03d", flow, i), flow, 1, 1, 0, "p"); err != nil {
+			if _, _, err := workergate.EnterRoom(ctx, l, "all", fmt.Sprintf("%s-%03d", flow, i), flow, 1, 1, 0, "p"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -365,7 +365,7 @@ func TestRoomReleasesUnitsInOrder(t *testing.T) {
 	clock := tg.Clock(t)
 	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 3})
 	ctx := context.Background()
-	if _, err := workergate.EnterRoom(ctx, l, "all", "big", "f", 0, 3, 0, "b"); err != nil {
+	if _, _, err := workergate.EnterRoom(ctx, l, "all", "big", "f", 0, 3, 0, "b"); err != nil {
 		t.Fatal(err)
 	}
 	old := fmt.Sprintf("%d|%d|%d|%s%s", clock.Now().UnixMicro(), 0, 1, "f", "o") // tag 0: first
@@ -394,7 +394,7 @@ func TestRoomReleasesUnitsInOrder(t *testing.T) {
 	}
 	// Its 3 units fill the burst: the next unit waits an interval (after
 	// a 1-unit start it would not wait at all).
-	if _, err := workergate.EnterRoom(ctx, l, "all", "next", "f", 0, 1, 0, "n"); err != nil {
+	if _, _, err := workergate.EnterRoom(ctx, l, "all", "next", "f", 0, 1, 0, "n"); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(second.Slot.Sub(clock.Now()) + 50*time.Millisecond)

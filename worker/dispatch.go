@@ -154,6 +154,26 @@ func (t *Throttler) turnAt(tn turn, slack time.Duration) {
 	}
 }
 
+// heardOfLease notes who held rule's room for key when a waiter entered
+// it: while another dispatcher's lease lasts, this one does not ask the
+// room itself (a release would let nobody out), and every waiter that
+// enters meanwhile tells it the lease's new end. A lease that nobody
+// holds, or this dispatcher does, leaves the room's turns as they are.
+func (t *Throttler) heardOfLease(rule *Rule, key string, lease gate.RoomLease) {
+	d, room := &t.dispatch, roomID{rule, key}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if lease.Holder == "" || lease.Holder == d.self.ID {
+		delete(d.elsewhere, room)
+		return
+	}
+	if d.elsewhere == nil {
+		d.elsewhere = map[roomID]time.Time{}
+	}
+	// A little after its end, so that a holder that lives renews it first.
+	d.elsewhere[room] = lease.Until.Add(50*time.Millisecond + rand.N(50*time.Millisecond))
+}
+
 // startDispatcher starts the dispatcher, once.
 func (t *Throttler) startDispatcher() {
 	t.dispatch.once.Do(func() {
@@ -200,18 +220,28 @@ func (t *Throttler) due(now time.Time) []turn {
 	d := &t.dispatch
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []turn
+	var out, later []turn
 	for len(d.turns) > 0 && !d.turns[0].at.After(now) {
 		tn := heap.Pop(&d.turns).(turn)
 		if tn.rule != nil {
 			id := roomID{tn.rule, tn.key}
-			if due, ok := d.rooms[id]; ok && due.Equal(tn.at) {
-				delete(d.rooms, id)
-			} else {
+			due, ok := d.rooms[id]
+			if !ok || !due.Equal(tn.at) {
 				continue // superseded by a sooner turn of the same room
 			}
+			if until := d.elsewhere[id]; until.After(now) {
+				// Another dispatcher's lease, heard of since the turn was
+				// queued, lasts longer: look when it ends.
+				tn.at, d.rooms[id] = until, until
+				later = append(later, tn)
+				continue
+			}
+			delete(d.rooms, id)
 		}
 		out = append(out, tn)
+	}
+	for _, tn := range later {
+		heap.Push(&d.turns, tn)
 	}
 	return out
 }

@@ -80,7 +80,8 @@ type refusal struct {
 	// already, with waiters in the room then.
 	entered bool
 	waiters int
-	err     error // set when Redis could not decide
+	lease   gate.RoomLease // who held the room's dispatcher lease then
+	err     error          // set when Redis could not decide
 }
 
 // What a refused task does.
@@ -301,7 +302,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	t.noteAnswer() // refused or admitted, Redis answered
 	defer func() {
 		if r := p.refused; r != nil && r.how == enterRoom && got.Entered {
-			r.entered, r.waiters = true, got.Waiters
+			r.entered, r.waiters, r.lease = true, got.Waiters, got.Lease
 		}
 	}()
 	claims := got.Claims

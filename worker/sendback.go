@@ -72,15 +72,16 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		if err != nil {
 			return t.noKey(tk, r.rule, err)
 		}
-		size, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), entry.Flow, entry.Weight, units, r.leadWait, entry.Payload)
+		size, lease, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), entry.Flow, entry.Weight, units, r.leadWait, entry.Payload)
 		if err != nil {
 			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
 			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
-		r.entered, r.waiters = true, size
+		r.entered, r.waiters, r.lease = true, size, lease
 		t.noteAnswer()
 	}
+	t.heardOfLease(r.rule, r.key, r.lease)
 	eligible := time.Now().Add(r.leadWait)
 	t.roomTurn(r.rule, r.key, eligible.Add(-t.roomLead()))
 	fallback := eligible.Add(2*time.Duration(r.waiters)*r.rule.interval() + roomFallback)

@@ -95,6 +95,14 @@ type Claimed struct {
 	Claims  []Claim
 	Entered bool
 	Waiters int
+	Lease   RoomLease // the room's dispatcher lease, when Entered
+}
+
+// RoomLease is who held a room's dispatcher lease when a waiter entered
+// it, and till when on the Redis clock: Holder "" when nobody did.
+type RoomLease struct {
+	Holder string
+	Until  time.Time
 }
 
 // Claim statuses, beside NoCapacity and Admitted (by capacity held).
@@ -268,8 +276,9 @@ var (
 	// from now (on the Redis clock), its start taking n units of the
 	// meter. weight 0 queues it first come, first served; 1 and more share
 	// the room fairly between flows, by weight (and units). It returns the
-	// waiters in the room, those of flows held back (set aside) included.
-	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, error)
+	// waiters in the room, those of flows held back (set aside) included,
+	// and who held its dispatcher lease.
+	EnterRoom func(ctx context.Context, limiter any, key, waiter, flow string, weight, n int, after time.Duration, payload string) (int, RoomLease, error)
 	// Release lets the next waiter of key's room out, when the meter
 	// admits its start within lead, its start no sooner than notice (at
 	// most lead) after the release. It first holds back the flows of holds

@@ -279,6 +279,17 @@ local function waiting_info(eligible, tag, units, flow, payload)
   return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
 end
 
+-- room_lease returns who holds a room's dispatcher lease (key; see
+-- room.lua's release) and when it ends, us on the Redis clock: '' and 0
+-- when nobody does.
+local function room_lease(key, now)
+  local holder = redis.call('GET', key)
+  if not holder then
+    return '', 0
+  end
+  return holder, now + math.max(0, redis.call('PTTL', key)) * 1000
+end
+
 -- enter_room puts waiter id of flow in a room, to start no sooner than
 -- after us from now, its start taking units; weight 0 queues it first
 -- come, first served, 1 and more share the room fairly between flows (a
@@ -396,14 +407,16 @@ end
 -- values above for each meter claimed, in turn, up to and including that
 -- one.
 --
--- Entering the room: when the first meter's start is by room, two more
--- KEYS, its room's flows and flows held back (see room.lua), and four more
+-- Entering the room: when the first meter's start is by room, three more
+-- KEYS, its room's flows, flows held back and dispatcher lease (see
+-- room.lua), and four more
 -- ARGV, the waiter's flow, its weight, how long after now a waiter late
 -- for its slot may be let out again (us), and its payload, have a task
 -- that is refused (but a released waiter's start refused by another meter)
 -- enter the room (see room.lua's enter), no sooner than the refusing
 -- meter has room, in the same call. The reply then ends with enter's
--- three values: {waiters, 1 if it entered now, now_us}.
+-- five values: {waiters, 1 if it entered now, now_us, lease holder ('' for
+-- none), lease end us}.
 
 local now = server_now()
 
@@ -593,13 +606,13 @@ for i = 1, meters do
   end
   taken[#taken + 1] = {K, A, r}
 end
-if #KEYS % 6 ~= 2 or #taken == meters or first == 1 then
+if #KEYS % 6 ~= 3 or #taken == meters or first == 1 then
   return out
 end
 -- Refused, and not a released waiter's start: the task waits in the first
 -- meter's room.
 local K1, E = part(1), 10 * meters + 1
-local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 1], held = KEYS[#KEYS], aside = K1[6]}
+local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 2], held = KEYS[#KEYS - 1], aside = K1[6]}
 local after = along_wait
 if first == 6 then
   after = tonumber(ARGV[E + 3])
@@ -609,4 +622,5 @@ local entered = enter_room(R, now, ARGV[7], ARGV[E + 1], tonumber(ARGV[E + 2]), 
 for _, v in ipairs(entered) do
   out[#out + 1] = v
 end
+out[#out + 1], out[#out + 2] = room_lease(KEYS[#KEYS], now)
 return out

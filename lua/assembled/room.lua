@@ -349,6 +349,17 @@ local function waiting_info(eligible, tag, units, flow, payload)
   return int(eligible) .. '|' .. int(tag) .. '|u' .. int(units) .. '|' .. int(#flow) .. '|' .. flow .. payload
 end
 
+-- room_lease returns who holds a room's dispatcher lease (key; see
+-- room.lua's release) and when it ends, us on the Redis clock: '' and 0
+-- when nobody does.
+local function room_lease(key, now)
+  local holder = redis.call('GET', key)
+  if not holder then
+    return '', 0
+  end
+  return holder, now + math.max(0, redis.call('PTTL', key)) * 1000
+end
+
 -- enter_room puts waiter id of flow in a room, to start no sooner than
 -- after us from now, its start taking units; weight 0 queues it first
 -- come, first served, 1 and more share the room fairly between flows (a
@@ -512,7 +523,10 @@ end
 --          Returns {waiters in the room and set aside, 1 if it entered
 --          now (0: it was there, or is released: it keeps its place and
 --          release, and takes the new payload and, waiting, the later
---          soonest start), now_us}
+--          soonest start), now_us}, and when KEYS[8] is given, the
+--          dispatcher lease's holder ('' for none) and end, us: a
+--          process with waiters here need not ask the room itself while
+--          another dispatcher lets them out
 -- release: ARGV[2] n, the fewest units a waiter takes, ARGV[3] burst,
 --          ARGV[4] num, ARGV[5] den (the meter), ARGV[6] lead: how long
 --          before its start a waiter is released, in ticks, ARGV[7] keys'
@@ -575,8 +589,12 @@ local now = server_now()
 local R = {room = KEYS[2], waiters = KEYS[3], flows = KEYS[4], held = KEYS[5], aside = KEYS[6]}
 
 if mode == 0 then
-  return enter_room(R, now, ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]),
+  local out = enter_room(R, now, ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]),
     math.max(1, tonumber(ARGV[8]) or 1))
+  if KEYS[8] then
+    out[4], out[5] = room_lease(KEYS[8], now)
+  end
+  return out
 end
 
 if mode == 4 then
