@@ -178,13 +178,18 @@ func (c *conn) unavailable(ctx context.Context, err error) error {
 }
 
 // redisFailure wraps a failed exchange with Redis, as conn.unavailable
-// says.
+// says. A caller whose context ended gets that context's error even when
+// the exchange failed otherwise at the same moment (a connection refused as
+// the deadline passed): it gave up, whatever Redis did.
 func redisFailure(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("throttle: %w", ctxErr)
-	}
 	if refused(err) {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("throttle: %w", ctxErr)
+		}
+		return fmt.Errorf("throttle: %w (as Redis failed: %w)", ctxErr, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
@@ -193,7 +198,7 @@ func redisFailure(ctx context.Context, err error) error {
 // allowed: the failure policy says so, the caller has not given up, and the
 // failure is one of reaching Redis in time, not a refusal.
 func (c *conn) failOpen(ctx context.Context, err error) bool {
-	return c.cfg.failure == FailOpen && ctx.Err() == nil && !refused(err)
+	return c.cfg.failure == FailOpen && ctx.Err() == nil && !refused(err) && !redisclient.MovedOnPlainClient(c.client, err)
 }
 
 // refused reports an error answer of Redis that will not go away by itself:
@@ -202,7 +207,10 @@ func (c *conn) failOpen(ctx context.Context, err error) bool {
 // key of another type, a script error). Answers that say "not now" (the
 // server loading its data, busy with a script, a cluster or replica
 // failing over, out of memory, out of clients) are not refusals: they are
-// outages, which the failure policy covers.
+// outages, which the failure policy covers. So are MOVED and ASK, which a
+// cluster client hands back when a failover spent its redirects (on a
+// plain client, conn.unavailable and conn.failOpen refuse them: only a
+// cluster client mends them).
 func refused(err error) bool {
 	var answer redis.Error
 	if !errors.As(err, &answer) || errors.Is(err, redis.Nil) {
@@ -220,7 +228,7 @@ func refused(err error) bool {
 // transientAnswers start the error answers of Redis that end by themselves.
 var transientAnswers = []string{
 	"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY",
-	"NOREPLICAS", "OOM", "ERR max number of clients",
+	"NOREPLICAS", "OOM", "ERR max number of clients", "MOVED ", "ASK ",
 }
 
 // del deletes keys of one Cluster slot under the timeout.

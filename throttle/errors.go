@@ -45,10 +45,12 @@ var (
 	ErrLeaseLost = errors.New("throttle: lease lost")
 
 	// ErrUnavailable reports that Redis could not decide in time: it was
-	// unreachable, too slow for the configured timeout or the caller's
-	// context, or answered that it cannot serve now (loading, busy, failing
-	// over). It wraps the underlying cause. Under [FailOpen] the decision is
-	// allowed and marked Degraded instead.
+	// unreachable, too slow for the configured timeout, or answered that it
+	// cannot serve now (loading, busy, failing over, or a Cluster's MOVED or
+	// ASK that a failover left a cluster client unable to follow). It wraps
+	// the underlying cause. Under [FailOpen] the decision is allowed and
+	// marked Degraded instead. A caller whose context ended gets that
+	// context's error instead, under either policy.
 	ErrUnavailable = errors.New("throttle: redis unavailable")
 
 	// ErrRefused reports an answer of Redis that will not change by itself:

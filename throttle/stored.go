@@ -209,6 +209,9 @@ func (s *PolicyStore) call(ctx context.Context, fn func(context.Context) error) 
 	if err == nil || errors.Is(err, ErrInvalidPolicy) {
 		return err
 	}
+	if redisclient.MovedOnPlainClient(s.client, err) {
+		return fmt.Errorf("%w: %w (the server is a node of a Redis Cluster: give the store a *redis.ClusterClient, redis.NewClusterClient)", ErrRefused, err)
+	}
 	return redisFailure(ctx, err)
 }
 
