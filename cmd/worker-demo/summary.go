@@ -85,8 +85,13 @@ const fairWithin = 0.20
 // (72 calls ahead of globex's first, 96 ahead of initech's) while two
 // other processes kept both cores of a 2-core machine busy: 6-17 and 10-25 ran first (five
 // runs, alone and in the whole suite), 15-19 and 26-28 under the race
-// detector (three runs): at most 29%.
-const newcomerAhead = 0.5
+// detector (three runs): at most 29%. In CI's pass against the Cluster,
+// under the race detector beside the pass against redis-server, 42 of 96
+// and 65 of 128 ran first (2026-12-03; the same code before and after the
+// day's change gave 17-38 of 144 under -race on a busy machine): at most
+// 51%, so the bound is 75%, well below the 100% of a tenant behind the
+// backlog.
+const newcomerAhead = 0.75
 
 // checkRates checks the most partner calls in any second, per tenant and
 // in all, against what the policy allows. For rate rules (GCRA and
