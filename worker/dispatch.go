@@ -158,7 +158,8 @@ func (t *Throttler) turnAt(tn turn, slack time.Duration) {
 // it: while another dispatcher's lease lasts, this one does not ask the
 // room itself (a release would let nobody out), and every waiter that
 // enters meanwhile tells it the lease's new end. A lease that nobody
-// holds, or this dispatcher does, leaves the room's turns as they are.
+// holds, or this dispatcher does, clears what it heard before: the room's
+// turns come when its waiters are due.
 func (t *Throttler) heardOfLease(rule *Rule, key string, lease gate.RoomLease) {
 	d, room := &t.dispatch, roomID{rule, key}
 	d.mu.Lock()
