@@ -282,7 +282,11 @@ func TestLeasesLeaveNoGoroutines(t *testing.T) {
 		}
 		leases = append(leases, lease)
 	}
-	if during := renewals(); during != before+100 {
+	// A lease of an earlier test still winding down after 10 s (its
+	// Redis hung, say) may end meanwhile: at least this test's 100, and
+	// no more than those and the ones before. (CI once counted 100 with
+	// 5 before: 5 of those had ended.)
+	if during := renewals(); during < 100 || during > before+100 {
 		t.Fatalf("%d renewals running with 100 leases held, %d before", during, before)
 	}
 	for _, lease := range leases {
