@@ -168,11 +168,19 @@ func (t *Throttler) heardOfLease(rule *Rule, key string, lease gate.RoomLease) {
 		delete(d.elsewhere, room)
 		return
 	}
+	d.heldElsewhere(room, lease.Until)
+}
+
+// heldElsewhere notes that another dispatcher holds room's lease until end,
+// and returns when this one looks again: a little after the end, so that a
+// holder that lives renews it first. d.mu is held.
+func (d *dispatcher) heldElsewhere(room roomID, end time.Time) time.Time {
+	again := end.Add(50*time.Millisecond + rand.N(50*time.Millisecond))
 	if d.elsewhere == nil {
 		d.elsewhere = map[roomID]time.Time{}
 	}
-	// A little after its end, so that a holder that lives renews it first.
-	d.elsewhere[room] = lease.Until.Add(50*time.Millisecond + rand.N(50*time.Millisecond))
+	d.elsewhere[room] = again
+	return again
 }
 
 // startDispatcher starts the dispatcher, once.
@@ -301,14 +309,9 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 			// when its lease ends (a little after, so that a holder that
 			// lives renews it first).
 			delete(d.leased, room)
-			again := rel.Due.Add(50*time.Millisecond + rand.N(50*time.Millisecond))
 			d.mu.Lock()
-			if d.elsewhere == nil {
-				d.elsewhere = map[roomID]time.Time{}
-			}
-			d.elsewhere[room] = again
-			d.mu.Unlock()
-			return again
+			defer d.mu.Unlock()
+			return d.heldElsewhere(room, rel.Due)
 		}
 		d.mu.Lock()
 		delete(d.elsewhere, room)
