@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
@@ -216,9 +217,15 @@ func (d *demo) checkFairness(s *summary) {
 	fair := min(float64(d.opts.tenantRate), total/float64(n))
 	s.note("Rate while every tenant had calls waiting (%s), and its fair share of the %.1f calls/s admitted meanwhile (the limit: %d/s):",
 		span.Round(time.Millisecond), total, d.opts.overallRate)
+	// The span starts and ends between admissions of a round of the
+	// tenants' turns, so each tenant's count in it can be one call off at
+	// either end: over a span of 3 s, 2 calls are 0.7 calls/s, which
+	// fairWithin alone would have counted against a fair fleet (CI's pass
+	// against the Cluster, 2026-12-03: 19, 24 and 17 calls in 2.97 s).
+	edges := 2 / span.Seconds()
 	for _, t := range tenantNames() {
 		rate := rates[t]
-		s.check(rate >= fair*(1-fairWithin) && rate <= fair*(1+fairWithin), "%-15s %4.1f calls/s; its fair share %.1f/s ± %.0f%%",
+		s.check(math.Abs(rate-fair) <= fair*fairWithin+edges, "%-15s %4.1f calls/s; its fair share %.1f/s ± %.0f%% ± 2 calls",
 			"tenant "+t, rate, fair, fairWithin*100)
 	}
 }
