@@ -49,6 +49,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Handler, error) {
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	switch client.(type) {
 	case *redis.Client, *redis.ClusterClient:
 	default:

@@ -96,6 +96,7 @@ func newPublisher(client redis.UniversalClient, now func() time.Time, opts ...Pu
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	host, _ := os.Hostname()
 	cfg := publisherConfig{
 		prefix:   throttle.DefaultPrefix,

@@ -147,6 +147,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Scheduler, error) {
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	cfg := config{prefix: "throttle:", logger: slog.Default(), location: time.UTC}
 	for _, opt := range opts {
 		if opt == nil {

@@ -32,6 +32,7 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	if redisclient.IsNil(client) {
 		return conn{}, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	if err := validName(name); err != nil {
 		return conn{}, fmt.Errorf("%w: the limiter's name: %w", ErrInvalidOption, err)
 	}

@@ -52,6 +52,7 @@ func NewPolicyStore(client redis.UniversalClient, prefix string) (*PolicyStore, 
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}

@@ -70,6 +70,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 	if redisclient.IsNil(client) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
+	redisclient.FollowFailovers(client)
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidRule)
 	}
