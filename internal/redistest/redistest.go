@@ -32,7 +32,7 @@ type Target struct {
 	Mini *miniredis.Miniredis
 	// Prefix is unique to this Target; put every key under it.
 	Prefix string
-	// Kind is "miniredis", "redis" or "cluster".
+	// Kind is "miniredis", "redis" or "cluster" (or what Connect was given).
 	Kind string
 
 	connect func() redis.UniversalClient
@@ -66,6 +66,14 @@ func Embedded(tb testing.TB) *Target {
 	}}
 	t.Client = t.NewClient(tb)
 	return t
+}
+
+// Connect returns a Target on a Redis of the test's own making, of the given
+// kind ("redis", "cluster", "sentinel"), whose clients connect opens; the
+// keys under its prefix are deleted when the test ends.
+func Connect(tb testing.TB, kind string, connect func() redis.UniversalClient) *Target {
+	tb.Helper()
+	return dial(tb, kind, connect)
 }
 
 func dial(tb testing.TB, kind string, connect func() redis.UniversalClient) *Target {
