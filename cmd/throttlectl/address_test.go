@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/redisaddr"
 )
 
 // TestRedisOptions reads --redis into client options: host:port, URLs with
@@ -15,6 +17,7 @@ func TestRedisOptions(t *testing.T) {
 		name     string
 		value    string
 		cluster  bool
+		sentinel string
 		addrs    string // comma-separated
 		user     string
 		password string
@@ -22,22 +25,25 @@ func TestRedisOptions(t *testing.T) {
 		tls      string // the TLS server name; "" for none
 		dial     time.Duration
 	}{
-		{"host:port", "127.0.0.1:6379", false, "127.0.0.1:6379", "", "", 0, "", 5 * time.Second},
-		{"IPv6", "[::1]:6380", false, "[::1]:6380", "", "", 0, "", 5 * time.Second},
-		{"URL", "redis://127.0.0.1:6379", false, "127.0.0.1:6379", "", "", 0, "", 5 * time.Second},
-		{"URL without port", "redis://cache.internal", false, "cache.internal:6379", "", "", 0, "", 5 * time.Second},
-		{"password and database", "redis://:s3cret@10.0.0.5:6380/3", false, "10.0.0.5:6380", "", "s3cret", 3, "", 5 * time.Second},
-		{"ACL user", "redis://ops:p%40ss@10.0.0.5:6380/1", false, "10.0.0.5:6380", "ops", "p@ss", 1, "", 5 * time.Second},
-		{"TLS", "rediss://ops:pw@redis.example.com:6380/2", false, "redis.example.com:6380", "ops", "pw", 2, "redis.example.com", 5 * time.Second},
-		{"URL's own timeout", "redis://127.0.0.1:6379?dial_timeout=2s", false, "127.0.0.1:6379", "", "", 0, "", 2 * time.Second},
-		{"seeds", "10.0.0.1:7000, 10.0.0.2:7000", true, "10.0.0.1:7000,10.0.0.2:7000", "", "", 0, "", 5 * time.Second},
-		{"one seed", "10.0.0.1:7000", true, "10.0.0.1:7000", "", "", 0, "", 5 * time.Second},
-		{"cluster URL", "redis://ops:pw@10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", true, "10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000", "ops", "pw", 0, "", 5 * time.Second},
-		{"cluster URL, TLS", "rediss://:pw@cluster.example.com:7000/0", true, "cluster.example.com:7000", "", "pw", 0, "cluster.example.com", 5 * time.Second},
+		{"host:port", "127.0.0.1:6379", false, "", "127.0.0.1:6379", "", "", 0, "", 5 * time.Second},
+		{"IPv6", "[::1]:6380", false, "", "[::1]:6380", "", "", 0, "", 5 * time.Second},
+		{"URL", "redis://127.0.0.1:6379", false, "", "127.0.0.1:6379", "", "", 0, "", 5 * time.Second},
+		{"URL without port", "redis://cache.internal", false, "", "cache.internal:6379", "", "", 0, "", 5 * time.Second},
+		{"password and database", "redis://:s3cret@10.0.0.5:6380/3", false, "", "10.0.0.5:6380", "", "s3cret", 3, "", 5 * time.Second},
+		{"ACL user", "redis://ops:p%40ss@10.0.0.5:6380/1", false, "", "10.0.0.5:6380", "ops", "p@ss", 1, "", 5 * time.Second},
+		{"TLS", "rediss://ops:pw@redis.example.com:6380/2", false, "", "redis.example.com:6380", "ops", "pw", 2, "redis.example.com", 5 * time.Second},
+		{"URL's own timeout", "redis://127.0.0.1:6379?dial_timeout=2s", false, "", "127.0.0.1:6379", "", "", 0, "", 2 * time.Second},
+		{"seeds", "10.0.0.1:7000, 10.0.0.2:7000", true, "", "10.0.0.1:7000,10.0.0.2:7000", "", "", 0, "", 5 * time.Second},
+		{"one seed", "10.0.0.1:7000", true, "", "10.0.0.1:7000", "", "", 0, "", 5 * time.Second},
+		{"cluster URL", "redis://ops:pw@10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", true, "", "10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000", "ops", "pw", 0, "", 5 * time.Second},
+		{"cluster URL, TLS", "rediss://:pw@cluster.example.com:7000/0", true, "", "cluster.example.com:7000", "", "pw", 0, "cluster.example.com", 5 * time.Second},
+		{"Sentinels", "10.0.0.1:26379, 10.0.0.2:26379", false, "mymaster", "10.0.0.1:26379,10.0.0.2:26379", "", "", 0, "", 5 * time.Second},
+		{"Sentinel URL", "redis://:sentinelpw@10.0.0.1:26379/2?addr=10.0.0.2:26379&password=masterpw", false, "mymaster", "10.0.0.1:26379,10.0.0.2:26379", "", "masterpw", 2, "", 5 * time.Second},
+		{"Sentinel URL naming the master", "redis://10.0.0.1:26379?master_name=mymaster", false, "mymaster", "10.0.0.1:26379", "", "", 0, "", 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := globals{redis: redisAddress{value: tc.value, from: "--redis"}, cluster: tc.cluster, timeout: 5 * time.Second}
-			single, cluster, err := g.redisOptions()
+			g := globals{redis: redisAddress{value: tc.value, from: "--redis"}, cluster: tc.cluster, sentinel: tc.sentinel, timeout: 5 * time.Second}
+			o, err := g.redisOptions()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,21 +52,33 @@ func TestRedisOptions(t *testing.T) {
 			var db int
 			var dial, read time.Duration
 			var contextTimeouts bool
-			if tc.cluster {
-				if single != nil || cluster == nil {
-					t.Fatalf("--cluster gave %v, %v", single, cluster)
+			switch {
+			case tc.cluster:
+				if o.Cluster == nil {
+					t.Fatalf("--cluster gave %+v", o)
 				}
-				addrs, user, password, dial, read, contextTimeouts = cluster.Addrs, cluster.Username, cluster.Password, cluster.DialTimeout, cluster.ReadTimeout, cluster.ContextTimeoutEnabled
-				if cluster.TLSConfig != nil {
-					tls = cluster.TLSConfig.ServerName
+				c := o.Cluster
+				addrs, user, password, dial, read, contextTimeouts = c.Addrs, c.Username, c.Password, c.DialTimeout, c.ReadTimeout, c.ContextTimeoutEnabled
+				if c.TLSConfig != nil {
+					tls = c.TLSConfig.ServerName
 				}
-			} else {
-				if single == nil || cluster != nil {
-					t.Fatalf("no --cluster gave %v, %v", single, cluster)
+			case tc.sentinel != "":
+				if o.Sentinel == nil {
+					t.Fatalf("--sentinel gave %+v", o)
 				}
-				addrs, user, password, db, dial, read, contextTimeouts = []string{single.Addr}, single.Username, single.Password, single.DB, single.DialTimeout, single.ReadTimeout, single.ContextTimeoutEnabled
-				if single.TLSConfig != nil {
-					tls = single.TLSConfig.ServerName
+				f := o.Sentinel
+				if f.MasterName != tc.sentinel {
+					t.Errorf("master %q, want %q", f.MasterName, tc.sentinel)
+				}
+				addrs, user, password, db, dial, read, contextTimeouts = f.SentinelAddrs, f.Username, f.Password, f.DB, f.DialTimeout, f.ReadTimeout, f.ContextTimeoutEnabled
+			default:
+				if o.Server == nil {
+					t.Fatalf("no --cluster gave %+v", o)
+				}
+				c := o.Server
+				addrs, user, password, db, dial, read, contextTimeouts = []string{c.Addr}, c.Username, c.Password, c.DB, c.DialTimeout, c.ReadTimeout, c.ContextTimeoutEnabled
+				if c.TLSConfig != nil {
+					tls = c.TLSConfig.ServerName
 				}
 			}
 			if got := strings.Join(addrs, ","); got != tc.addrs || user != tc.user || password != tc.password || db != tc.db || tls != tc.tls {
@@ -77,25 +95,30 @@ func TestRedisOptions(t *testing.T) {
 // address without its password and wraps the cause.
 func TestRedisOptionsRefused(t *testing.T) {
 	for _, tc := range []struct {
-		value   string
-		cluster bool
-		says    string
-		cause   any // a pointer to the type of error wrapped, or nil
+		value    string
+		cluster  bool
+		sentinel string
+		says     string
+		cause    any // a pointer to the type of error wrapped, or nil
 	}{
-		{"localhost", false, `--redis "localhost": want host:port or a redis:// URL: address localhost: missing port in address`, new(*net.AddrError)},
-		{"localhost:0", false, `bad port "0"`, nil},
-		{"redis://ops:s3cret@host:port/1", false, `--redis "redis://ops:xxxxx@host:port/1": bad URL: invalid port ":port" after host`, nil},
-		{"redis://:s3cret@host:6379/one", false, `invalid database number: "one"`, nil},
-		{"ftp://host:21", false, "invalid URL scheme: ftp", nil},
-		{"redis://a:1,b:2", false, "needs --cluster", nil},
-		{"a:1,b:2", false, "needs --cluster", nil},
-		{"a:1,b", true, `seed "b": want host:port`, new(*net.AddrError)},
-		{"redis://:s3cret@a:1/4", true, "only database 0", nil},
-		{"unix:///tmp/redis.sock", true, "invalid URL scheme: unix", nil},
-		{" ", false, "is empty", nil},
+		{"localhost", false, "", `--redis "localhost": want host:port or a redis:// URL: address localhost: missing port in address`, new(*net.AddrError)},
+		{"localhost:0", false, "", `bad port "0"`, nil},
+		{"redis://ops:s3cret@host:port/1", false, "", `--redis "redis://ops:xxxxx@host:port/1": bad URL: invalid port ":port" after host`, nil},
+		{"redis://:s3cret@host:6379/one", false, "", `invalid database number: "one"`, nil},
+		{"ftp://host:21", false, "", "invalid URL scheme: ftp", nil},
+		{"redis://a:1,b:2", false, "", "needs --cluster", nil},
+		{"a:1,b:2", false, "", "needs --cluster", nil},
+		{"a:1,b", true, "", `seed "b": want host:port`, new(*net.AddrError)},
+		{"redis://:s3cret@a:1/4", true, "", "only database 0", nil},
+		{"unix:///tmp/redis.sock", true, "", "invalid URL scheme: unix", nil},
+		{" ", false, "", "is empty", nil},
+		{"a:1,b:2", true, "m", "not both", nil},
+		{"a:1,b", false, "m", `Sentinel "b": want host:port`, new(*net.AddrError)},
+		{"redis://:s3cret@a:1?master_name=other&password=s3cret", false, "m", `names master "other"`, nil},
+		{"redis://a:1,b:2", false, "m", "one URL", nil},
 	} {
-		g := globals{redis: redisAddress{value: tc.value, from: "--redis"}, cluster: tc.cluster, timeout: time.Second}
-		_, _, err := g.redisOptions()
+		g := globals{redis: redisAddress{value: tc.value, from: "--redis"}, cluster: tc.cluster, sentinel: tc.sentinel, timeout: time.Second}
+		_, err := g.redisOptions()
 		switch {
 		case err == nil:
 			t.Errorf("%q: no error", tc.value)
@@ -134,14 +157,16 @@ func TestRedisFromEnv(t *testing.T) {
 
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
-		"127.0.0.1:6379":                 "127.0.0.1:6379",
-		"redis://host:6379/2":            "redis://host:6379/2",
-		"redis://ops@host:6379":          "redis://ops@host:6379",
-		"redis://ops:pw@host:6379/2":     "redis://ops:xxxxx@host:6379/2",
-		"rediss://:p@ss:w@rd@host:bad/2": "rediss://:xxxxx@host:bad/2",
-		"redis://:pw@h:1?addr=h2:1&db=1": "redis://:xxxxx@h:1?addr=h2:1&db=1",
+		"127.0.0.1:6379":                      "127.0.0.1:6379",
+		"redis://host:6379/2":                 "redis://host:6379/2",
+		"redis://ops@host:6379":               "redis://ops@host:6379",
+		"redis://ops:pw@host:6379/2":          "redis://ops:xxxxx@host:6379/2",
+		"rediss://:p@ss:w@rd@host:bad/2":      "rediss://:xxxxx@host:bad/2",
+		"redis://:pw@h:1?addr=h2:1&db=1":      "redis://:xxxxx@h:1?addr=h2:1&db=1",
+		"redis://h:1?password=pw&addr=h2:1":   "redis://h:1?password=xxxxx&addr=h2:1",
+		"redis://u:a@h:1?sentinel_password=b": "redis://u:xxxxx@h:1?sentinel_password=xxxxx",
 	} {
-		if got := redact(in); got != want {
+		if got := redisaddr.Redacted(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
 		}
 	}

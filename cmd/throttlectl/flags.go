@@ -13,11 +13,12 @@ import (
 
 // globals are the flags every command takes.
 type globals struct {
-	redis   redisAddress
-	cluster bool
-	prefix  string
-	json    bool
-	timeout time.Duration
+	redis    redisAddress
+	cluster  bool
+	sentinel string // the master's name: --redis names its Sentinels
+	prefix   string
+	json     bool
+	timeout  time.Duration
 }
 
 func defaultGlobals() globals {
@@ -29,6 +30,7 @@ func defaultGlobals() globals {
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.Var(&g.redis, "redis", "Redis `address`: host:port, or a URL redis://[user:password@]host:port[/db] (rediss:// for TLS); $REDIS_URL, then $REDIS_ADDR, when not given; with --cluster, comma-separated host:port seeds or one URL with more seeds as ?addr=host:port")
 	fs.BoolVar(&g.cluster, "cluster", g.cluster, "--redis names seeds of a Redis Cluster (read by go-redis's ParseClusterURL when a URL); top scans every master")
+	fs.StringVar(&g.sentinel, "sentinel", g.sentinel, "the `master` name: --redis names Sentinels that know the master by it, comma-separated host:port or one URL read by go-redis's ParseFailoverURL (more Sentinels as ?addr=host:port; the URL's password is the Sentinels', the master's is ?password=)")
 	fs.StringVar(&g.prefix, "prefix", g.prefix, "key `prefix` of the limiters (their WithPrefix)")
 	fs.BoolVar(&g.json, "json", g.json, "write one JSON document instead of a table")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "how long to wait for Redis: peek and reset as a whole, top per SCAN page and per key")
@@ -42,7 +44,7 @@ func (g *globals) check() error {
 	if err := keyspace.CheckPrefix(g.prefix); err != nil {
 		return usagef("--prefix: %v", err)
 	}
-	_, _, err := g.redisOptions()
+	_, err := g.redisOptions()
 	return err
 }
 

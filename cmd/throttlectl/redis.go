@@ -12,17 +12,11 @@ import (
 // connect opens the Redis the global flags name and checks that it
 // answers. The caller closes the client.
 func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
-	single, cluster, err := a.redisOptions()
+	opts, err := a.redisOptions()
 	if err != nil {
 		return nil, err
 	}
-	var client redis.UniversalClient
-	what := "Redis"
-	if cluster != nil {
-		client, what = redis.NewClusterClient(cluster), "Redis Cluster"
-	} else {
-		client = redis.NewClient(single)
-	}
+	client, what := opts.NewClient(), opts.Kind()
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/redisaddr"
 	"github.com/jobthrottle/jobthrottle/scheduler"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -44,8 +45,10 @@ type demo struct {
 	opts      options
 	mini      *miniredis.Miniredis
 	rdb       redis.UniversalClient
-	addr      string // the Redis's host:port, the embedded one's too
-	id        string // names the prefix and the queue (demoPrefix, demoQueue)
+	kind      string         // "Redis", "Redis Cluster" or "Redis behind Sentinel"
+	spec      redisaddr.Spec // where Redis is, for the throttlectl command
+	addr      string         // the Redis's host:port, the embedded one's too
+	id        string         // names the prefix and the queue (demoPrefix, demoQueue)
 	prefix    string
 	queue     string
 	partner   *partnerAPI
@@ -90,20 +93,30 @@ func startDemo(opts options) (*demo, error) {
 	_, _ = rand.Read(id[:])
 	d.id = hex.EncodeToString(id[:])
 	d.prefix, d.queue = demoPrefix(d.id), demoQueue(d.id)
-	d.addr = opts.redisAddr
-	if d.addr == "" {
+	spec := redisaddr.Spec{Value: opts.redisAddr, Cluster: opts.cluster, Master: opts.sentinel}
+	if spec.Value == "" {
+		if spec.Cluster || spec.Master != "" {
+			return nil, errors.New("--cluster and --sentinel need --redis: the embedded Redis is one server")
+		}
 		// miniredis listens on a loopback port, where throttlectl can
 		// reach it while the demo runs.
 		d.mini = miniredis.NewMiniRedis()
 		if err := d.mini.Start(); err != nil {
 			return nil, fmt.Errorf("starting the embedded Redis: %w", err)
 		}
-		d.addr = d.mini.Addr()
+		spec.Value = d.mini.Addr()
 	}
-	d.rdb = redis.NewClient(&redis.Options{Addr: d.addr})
+	d.addr = redisaddr.Redacted(spec.Value)
+	ropts, err := spec.Read()
+	if err != nil {
+		d.stop()
+		return nil, fmt.Errorf("--redis %q: %w", d.addr, err)
+	}
+	d.kind, d.spec = ropts.Kind(), spec
+	d.rdb = ropts.NewClient()
 	if err := d.rdb.Ping(context.Background()).Err(); err != nil {
 		d.stop()
-		return nil, fmt.Errorf("the Redis at %s: %w", d.addr, err)
+		return nil, fmt.Errorf("the %s at %s: %w", d.kind, d.addr, err)
 	}
 	offset, within, err := clockOffset(context.Background(), d.rdb)
 	if err != nil {
@@ -342,7 +355,7 @@ func (d *demo) redisName() string {
 	if d.mini != nil {
 		return "embedded Redis " + d.addr
 	}
-	return "Redis " + d.addr
+	return d.kind + " " + d.addr
 }
 
 // stop shuts the fleet down and removes every key the demo put in Redis

@@ -61,6 +61,8 @@ type options struct {
 	servers     int
 	concurrency int
 	redisAddr   string
+	cluster     bool   // redisAddr names seeds of a Redis Cluster
+	sentinel    string // the master's name: redisAddr names its Sentinels
 	plain       bool
 	dashboard   string // host:port, or "" for none
 }
@@ -159,7 +161,13 @@ func printWrapped(out io.Writer, s string) {
 // watchCommand is the throttlectl command line that lists the demo's
 // throttled keys, run from the module's root.
 func (d *demo) watchCommand() string {
-	return fmt.Sprintf("go run ./cmd/throttlectl --redis %s --prefix %s top", d.addr, d.prefix)
+	topology := ""
+	if d.spec.Cluster {
+		topology = " --cluster"
+	} else if d.spec.Master != "" {
+		topology = " --sentinel " + d.spec.Master
+	}
+	return fmt.Sprintf("go run ./cmd/throttlectl --redis %s%s --prefix %s top", d.addr, topology, d.prefix)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -177,7 +185,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&algo, "algorithm", "gcra", "rate limiting algorithm: "+algorithmNames())
 	fs.IntVar(&o.servers, "servers", 3, "asynq servers in the fleet")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "workers per server")
-	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of the embedded one")
+	fs.StringVar(&o.redisAddr, "redis", "", "`address` of a Redis to use instead of the embedded one: host:port or a redis:// URL; with --cluster or --sentinel, comma-separated host:port or one URL with more as ?addr=host:port")
+	fs.BoolVar(&o.cluster, "cluster", false, "--redis names seeds of a Redis Cluster")
+	fs.StringVar(&o.sentinel, "sentinel", "", "the `master` name: --redis names Sentinels that know the master by it (a URL's password is the Sentinels', the master's is ?password=)")
 	fs.StringVar(&o.dashboard, "dashboard", "", "`host:port` to serve the web dashboard on while the fleet runs, e.g. 127.0.0.1:8080; port 0 picks a free one. The run then lasts the whole --duration (Ctrl-C ends it sooner). Its actions take the token printed at the start")
 	fs.BoolVar(&o.plain, "plain", false, "plain output even on a terminal (it is plain when stdout is not one)")
 	fs.Usage = func() {
