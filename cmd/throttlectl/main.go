@@ -186,7 +186,9 @@ commands:
 Redis: --redis, else $REDIS_URL, else $REDIS_ADDR, else 127.0.0.1:6379; as
 host:port or redis://[user:password@]host:port[/db] (rediss:// for TLS).
 With --cluster: host:port seeds separated by commas, or one URL with more
-seeds as ?addr=host:port.
+seeds as ?addr=host:port. With --sentinel MASTER: the Sentinels of the
+master so named, the same way; a URL's password is the Sentinels', the
+master's is ?password=.
 
 POLICY is written as Policy.String prints it: gcra:10/1s:5, tb:10/1s:5,
 lb:10/1m:5, fw:25/1m, sl:25/1s, sw:25/1s, quota:1000/day:UTC, or conc:3/30s
