@@ -35,8 +35,9 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
-	if l.spec.calendar != nil {
-		// A quota's periods may need asking twice (see runTicket): one
+	if l.spec.calendar != nil || l.cfg.acks > 0 {
+		// A quota's periods may need asking twice (see runTicket), and a
+		// decision that waits for replicas waits for its own writes: one
 		// request at a time.
 		results := make([]Result, len(requests))
 		for i, req := range requests {

@@ -46,6 +46,9 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 		}
 	}
 	cfg.name = name
+	if cfg.acks > 0 {
+		cfg.coalesce = 0 // each decision waits for its own writes
+	}
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
 }
 
@@ -81,15 +84,21 @@ func errShortReply(n int) error {
 // evalAny runs a script under the timeout and returns its integer reply.
 func (c *conn) evalAny(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
 	c.noteUse()
+	run := runScript
+	if c.cfg.acks > 0 {
+		run = func(ctx context.Context, _ redis.UniversalClient, script *redis.Script, keys []string, args []any) (reply, error) {
+			return c.evalAcked(ctx, script, keys, args)
+		}
+	}
 	if c.cfg.timeout <= 0 && ctx.Done() == nil {
 		// Nothing to watch: the exchange runs on the caller's goroutine,
 		// without the closure call needs.
-		return runScript(ctx, c.client, script, keys, args)
+		return run(ctx, c.client, script, keys, args)
 	}
 	var r reply
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		r, err = runScript(ctx, c.client, script, keys, args)
+		r, err = run(ctx, c.client, script, keys, args)
 		return err
 	})
 	if err != nil {

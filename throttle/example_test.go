@@ -105,6 +105,30 @@ func ExampleWithFailurePolicy() {
 	// fail-open: true true <nil>
 }
 
+// A limit that a failover must not reset: each admission is answered only
+// once a replica has it. (Not run here: it needs a master with a replica.)
+func ExampleWithReplicaAcks() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+	})
+	payouts, err := throttle.New(client, "payouts", throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 1},
+		throttle.WithReplicaAcks(1, 100*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := payouts.Allow(context.Background(), "account-7")
+	switch {
+	case errors.Is(err, throttle.ErrNotReplicated):
+		fmt.Println("no replica has the decision: not admitted")
+	case err != nil:
+		fmt.Println(err)
+	case res.Allowed:
+		fmt.Println("admitted, and a replica has it")
+	}
+}
+
 func ExampleLimiter_Wait() {
 	client, m := exampleRedis()
 	defer m.Close()

@@ -39,6 +39,9 @@ type config struct {
 	plan       func(ctx context.Context, key string) Policy
 	logger     *slog.Logger // nil: slog.Default() when logging
 	hashOver   int          // -1: caller keys are never hashed
+	// acks and acksTimeout: WithReplicaAcks (0: off)
+	acks        int
+	acksTimeout time.Duration
 }
 
 // defaultCoalescing is how many concurrent decisions may share a round

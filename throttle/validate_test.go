@@ -74,6 +74,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		throttle.WithPrefix("}"),
 		throttle.WithTimeout(-time.Second),
 		throttle.WithFailurePolicy(throttle.FailurePolicy(7)),
+		throttle.WithReplicaAcks(0, time.Second),
+		throttle.WithReplicaAcks(1, 0),
 	} {
 		if _, err := throttle.New(tg.Client, "limiter", p, opt); !errors.Is(err, throttle.ErrInvalidOption) {
 			t.Errorf("option %v: %v; want ErrInvalidOption", opt, err)

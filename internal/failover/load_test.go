@@ -24,8 +24,8 @@ const (
 	timeout    = 250 * time.Millisecond // WithTimeout of the hot limiters
 	deadline   = 150 * time.Millisecond // the many keys' callers' deadline
 	manyKeys   = 100
-	perLimiter = 3                    // goroutines calling each limiter
-	callPause  = 2 * time.Millisecond // between one goroutine's calls
+	perLimiter = 2                    // goroutines calling each limiter
+	callPause  = 8 * time.Millisecond // between one goroutine's calls
 	hotRate    = 50                   // GCRA 50/s burst 5 on the hot key
 	hotBurst   = 5
 	manyRate   = 5 // GCRA 5/s burst 3 on each of the many keys
