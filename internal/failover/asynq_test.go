@@ -113,8 +113,8 @@ const pauseWithin = 10 * time.Second
 // frozenReadTimeout is the cluster clients' ReadTimeout when a master
 // freezes. asynq's own calls to a frozen master wait for the client's read
 // timeout, retried (go-redis's defaults: 3 s, up to four times, and again
-// at the Cluster's level): the fleet paused 20.0-29.8 s with the defaults,
-// 5.9 s with ReadTimeout 1 s (three runs each), which docs/reliability.md
+// at the Cluster's level): the fleet paused 14.9-29.8 s with the defaults
+// (five runs), 5.8-5.9 s with ReadTimeout 1 s, which docs/reliability.md
 // advises where a hung master must cost seconds. A killed master refuses
 // connections at once, and a Sentinel client drops the old master's
 // connections on the switch: both take the defaults.

@@ -3,6 +3,7 @@ package redisclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -43,6 +44,51 @@ func FollowFailovers(c redis.UniversalClient) {
 		return
 	}
 	cluster.AddHook(r)
+	cluster.OnNewNode(func(node *redis.Client) { node.AddHook(slotsWithin{}) })
+}
+
+// SlotsWithin is how long a node may take to answer the CLUSTER SLOTS of
+// a reload before the client asks another node. go-redis asks nodes in
+// random order, each under the client's read timeout, retried: when it
+// asked a frozen master (SIGSTOP, a hung machine), the reload waited about
+// 10 s with go-redis's defaults, and decisions on the failed master's keys
+// with it, though a replica had been promoted after 2.2 s.
+const SlotsWithin = time.Second
+
+// slotsWithin is the hook FollowFailovers adds to each node's client: it
+// answers a CLUSTER SLOTS that takes longer than SlotsWithin with an
+// error, so that the reload moves on to the next node. The command goes on
+// in the background, on a copy of its own.
+type slotsWithin struct{}
+
+func (slotsWithin) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (slotsWithin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (slotsWithin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		slots, ok := cmd.(*redis.ClusterSlotsCmd)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		own := redis.NewClusterSlotsCmd(ctx, slots.Args()...)
+		done := make(chan error, 1)
+		go func() { done <- next(ctx, own) }()
+		timer := time.NewTimer(SlotsWithin)
+		defer timer.Stop()
+		select {
+		case err := <-done:
+			slots.SetVal(own.Val())
+			slots.SetErr(own.Err())
+			return err
+		case <-timer.C:
+			err := fmt.Errorf("redisclient: CLUSTER SLOTS unanswered after %s: %w", SlotsWithin, context.DeadlineExceeded)
+			slots.SetErr(err)
+			return err
+		}
+	}
 }
 
 // reloader is the hook FollowFailovers adds.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -113,4 +114,33 @@ func TestFollowFailoversReloadsOncePerInterval(t *testing.T) {
 		t.Fatal("a pipeline to a dead node succeeded")
 	}
 	waitFor(4)
+}
+
+// TestSlotsWithinMovesOnFromAHungNode: a node that accepts the connection
+// and never answers (a frozen master) fails a CLUSTER SLOTS after
+// SlotsWithin, not after the client's read timeout and retries; a node
+// that answers is unaffected.
+func TestSlotsWithinMovesOnFromAHungNode(t *testing.T) {
+	redistest.QuietRedisLog()
+	hung := redis.NewClient(&redis.Options{Addr: redistest.SilentAddr(t), ReadTimeout: 10 * time.Second})
+	t.Cleanup(func() { hung.Close() })
+	hung.AddHook(slotsWithin{})
+	start := time.Now()
+	err := hung.ClusterSlots(context.Background()).Err()
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || took > SlotsWithin+500*time.Millisecond {
+		t.Fatalf("CLUSTER SLOTS on a hung node: %v after %s; want a deadline after %s", err, took, SlotsWithin)
+	}
+	// A server that answers: its answer comes through as it is, and other
+	// commands pass.
+	m := miniredis.RunT(t)
+	ok := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { ok.Close() })
+	ok.AddHook(slotsWithin{})
+	if slots, err := ok.ClusterSlots(context.Background()).Result(); err != nil || len(slots) == 0 {
+		t.Fatalf("CLUSTER SLOTS on miniredis: %v, %v; want its slots", slots, err)
+	}
+	if err := ok.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
