@@ -29,9 +29,12 @@ var followed sync.Map // *redis.ClusterClient → *reloader
 
 // FollowFailovers makes a *redis.ClusterClient reload its slot map, at most
 // once per ReloadEvery, whenever a command through it fails to reach its
-// node or gets an answer a failover gives (see failedOver). It hooks the
-// client once, however often it is called; the hook serves every user of
-// the client, asynq's own calls included. Other clients are left alone:
+// node or gets an answer a failover gives (see failedOver), and bounds
+// each node's answer to the reload by SlotsWithin (nodes the client
+// creates from now on: those it knew before answer as go-redis's options
+// say). It hooks the client once, however often it is called; the hook
+// serves every user of the client, asynq's own calls included. A hooked
+// client stays in a table of this package until the program ends. Other clients are left alone:
 // go-redis's Sentinel client follows a promotion by itself, and a plain
 // client has one server. Safe for concurrent use.
 func FollowFailovers(c redis.UniversalClient) {
