@@ -21,8 +21,8 @@ import (
 // request at a time), Wait and Reserve, and to a ConcurrencyLimiter's
 // Acquire and its leases' renewals and releases; the worker's bookings and
 // waiting rooms do not wait. On a Redis Cluster the WAIT goes to the
-// master of the key's slot. Default: off. n is 1 or more, timeout
-// positive.
+// master of the key's slot; a *redis.Ring is refused. Default: off. n is 1
+// or more, timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {

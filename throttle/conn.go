@@ -47,6 +47,9 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 	}
 	cfg.name = name
 	if cfg.acks > 0 {
+		if _, ring := client.(*redis.Ring); ring {
+			return conn{}, fmt.Errorf("%w: WithReplicaAcks needs a client of one server, a Sentinel client or a Cluster client, not a *redis.Ring", ErrInvalidOption)
+		}
 		cfg.coalesce = 0 // each decision waits for its own writes
 	}
 	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil

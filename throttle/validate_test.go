@@ -81,6 +81,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("option %v: %v; want ErrInvalidOption", opt, err)
 		}
 	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { ring.Close() })
+	if _, err := throttle.New(ring, "limiter", p, throttle.WithReplicaAcks(1, time.Second)); !errors.Is(err, throttle.ErrInvalidOption) {
+		t.Errorf("WithReplicaAcks on a Ring: %v; want ErrInvalidOption", err)
+	}
 }
 
 func TestValidPoliciesAtTheEdges(t *testing.T) {
