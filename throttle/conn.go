@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
@@ -195,7 +194,7 @@ func (c *conn) unavailable(ctx context.Context, err error) error {
 // the exchange failed otherwise at the same moment (a connection refused as
 // the deadline passed): it gave up, whatever Redis did.
 func redisFailure(ctx context.Context, err error) error {
-	if refused(err) {
+	if redisclient.Refused(err) {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -211,37 +210,7 @@ func redisFailure(ctx context.Context, err error) error {
 // allowed: the failure policy says so, the caller has not given up, and the
 // failure is one of reaching Redis in time, not a refusal.
 func (c *conn) failOpen(ctx context.Context, err error) bool {
-	return c.cfg.failure == FailOpen && ctx.Err() == nil && !refused(err) && !redisclient.MovedOnPlainClient(c.client, err)
-}
-
-// refused reports an error answer of Redis that will not go away by itself:
-// a command Redis does not know or allow (a cluster client on a server
-// without cluster support, an ACL without the permission, a missing AUTH, a
-// key of another type, a script error). Answers that say "not now" (the
-// server loading its data, busy with a script, a cluster or replica
-// failing over, out of memory, out of clients) are not refusals: they are
-// outages, which the failure policy covers. So are MOVED and ASK, which a
-// cluster client hands back when a failover spent its redirects (on a
-// plain client, conn.unavailable and conn.failOpen refuse them: only a
-// cluster client mends them).
-func refused(err error) bool {
-	var answer redis.Error
-	if !errors.As(err, &answer) || errors.Is(err, redis.Nil) {
-		return false
-	}
-	msg := answer.Error()
-	for _, notNow := range transientAnswers {
-		if strings.HasPrefix(msg, notNow) {
-			return false
-		}
-	}
-	return true
-}
-
-// transientAnswers start the error answers of Redis that end by themselves.
-var transientAnswers = []string{
-	"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY",
-	"NOREPLICAS", "OOM", "ERR max number of clients", "MOVED ", "ASK ",
+	return c.cfg.failure == FailOpen && ctx.Err() == nil && !redisclient.Refused(err) && !redisclient.MovedOnPlainClient(c.client, err)
 }
 
 // del deletes keys of one Cluster slot under the timeout.

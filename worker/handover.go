@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
+	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 )
 
 // handOver deals with a throttled task that has no retries left and cannot
@@ -22,7 +23,9 @@ import (
 // making a second.
 // The copy is enqueued even when the task's context has ended (within
 // bounded.CleanupLimit): the task is ending either way, and without the
-// copy it would be lost.
+// copy it would be lost. While Redis does not answer, the hand-over waits
+// for it and tries again, for at most asynq's lease on the task (30 s):
+// an error would make asynq archive the task.
 func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, until time.Time) error {
 	headers := maps.Clone(tk.Headers())
 	if headers == nil {
@@ -35,13 +38,24 @@ func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, un
 	if tk.queue != "" {
 		opts = append(opts, asynq.Queue(tk.queue))
 	}
-	err := bounded.Finish(ctx, bounded.CleanupLimit, func(ctx context.Context) error {
-		_, err := t.enqueuer.EnqueueContext(ctx, asynq.NewTaskWithHeaders(tk.Type(), tk.Payload(), headers), opts...)
+	enqueue := func() error {
+		err := bounded.Finish(ctx, bounded.CleanupLimit, func(ctx context.Context) error {
+			_, err := t.enqueuer.EnqueueContext(ctx, asynq.NewTaskWithHeaders(tk.Type(), tk.Payload(), headers), opts...)
+			return err
+		})
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return nil // the copy is there already
+		}
 		return err
-	})
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+	}
+	if err := enqueue(); err != nil {
 		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Err: err})
-		return fmt.Errorf("worker: handing over throttled task %s: %w", tk.id, err)
+		// Any error now makes asynq archive the task: while Redis does
+		// not answer, wait for it and try again, as settle does, for at
+		// most asynq's lease on the task.
+		if err := t.untilEnqueued(ctx, enqueue, err); err != nil {
+			return fmt.Errorf("worker: handing over throttled task %s: %w", tk.id, err)
+		}
 	}
 	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Delay: time.Until(until)})
 	return nil
@@ -67,4 +81,21 @@ func wholeSecondAtOrAfter(t time.Time) time.Time {
 		whole = whole.Add(time.Second)
 	}
 	return whole
+}
+
+// untilEnqueued calls enqueue, whose first try failed with err, again with
+// a growing pause (20 ms to 1 s) while it fails for want of Redis, until
+// it succeeds, Redis refuses it (an answer that will not change), ctx ends
+// or settleLimit has passed; it returns the last error.
+func (t *Throttler) untilEnqueued(ctx context.Context, enqueue func() error, err error) error {
+	deadline := time.Now().Add(settleLimit)
+	backoff := 20 * time.Millisecond
+	for err != nil && !redisclient.Refused(err) && time.Now().Before(deadline) {
+		if sleep(ctx, backoff) != nil {
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
+		err = enqueue()
+	}
+	return err
 }
