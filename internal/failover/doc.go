@@ -4,7 +4,10 @@
 // and what the library's limiters and an asynq fleet did through it.
 //
 // The tests need redis-server (REDIS_SERVER names another binary) and are
-// built only with the failover build tag, as .ci/run runs them:
+// built only with the failover build tag:
 //
-//	go test -race -tags failover ./internal/failover/
+//	go test -tags failover ./internal/failover/
+//
+// .ci/run runs them so, beside the passes against redis-server and the
+// Cluster.
 package failover
