@@ -76,31 +76,32 @@ func (s Spec) Read() (Options, error) {
 		if err != nil {
 			return Options{}, err
 		}
-		o.DialTimeout = orTimeout(o.DialTimeout, s.Timeout)
-		o.ReadTimeout = orTimeout(o.ReadTimeout, s.Timeout)
-		o.WriteTimeout = orTimeout(o.WriteTimeout, s.Timeout)
-		o.ContextTimeoutEnabled = true
+		s.timeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.ContextTimeoutEnabled)
 		return Options{Cluster: o}, nil
 	case s.Master != "":
 		o, err := sentinelOptions(value, s.Master)
 		if err != nil {
 			return Options{}, err
 		}
-		o.DialTimeout = orTimeout(o.DialTimeout, s.Timeout)
-		o.ReadTimeout = orTimeout(o.ReadTimeout, s.Timeout)
-		o.WriteTimeout = orTimeout(o.WriteTimeout, s.Timeout)
-		o.ContextTimeoutEnabled = true
+		s.timeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.ContextTimeoutEnabled)
 		return Options{Sentinel: o}, nil
 	}
 	o, err := serverOptions(value)
 	if err != nil {
 		return Options{}, err
 	}
-	o.DialTimeout = orTimeout(o.DialTimeout, s.Timeout)
-	o.ReadTimeout = orTimeout(o.ReadTimeout, s.Timeout)
-	o.WriteTimeout = orTimeout(o.WriteTimeout, s.Timeout)
-	o.ContextTimeoutEnabled = true
+	s.timeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.ContextTimeoutEnabled)
 	return Options{Server: o}, nil
+}
+
+// timeouts sets a client's dial, read and write timeouts that its URL left
+// out to s.Timeout, and turns its context timeouts on: the fields of any of
+// go-redis's three option types.
+func (s Spec) timeouts(dial, read, write *time.Duration, contextTimeouts *bool) {
+	for _, d := range []*time.Duration{dial, read, write} {
+		*d = orTimeout(*d, s.Timeout)
+	}
+	*contextTimeouts = true
 }
 
 // orTimeout is a URL's timeout, or timeout when the URL left it out (0);
