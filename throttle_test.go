@@ -56,8 +56,8 @@ func TestEndToEnd(t *testing.T) {
 	var partnerSlots []time.Time
 	partnerLimiter, err := throttle.New(tg.NewClient(t), "partner", throttle.GCRA{Rate: throttle.PerSecond(8), Burst: 1},
 		throttle.WithPrefix(tg.Prefix),
-		throttle.WithObserver(throttle.ObserverFunc(func(d throttle.Decision) {
-			collector.ObserveDecision(d)
+		throttle.WithObserver(throttle.ObserverFunc(func(_ context.Context, d throttle.Decision) {
+			collector.ObserveDecision(context.Background(), d)
 			if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {
 				slotsMu.Lock()
 				partnerSlots = append(partnerSlots, d.Slot)
@@ -86,9 +86,9 @@ func TestEndToEnd(t *testing.T) {
 	workerSeries := workermetrics.Observer(collector)
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("tenant", worker.Pattern("sync:*"), perTenant, worker.KeyBy(worker.ByPayloadField("tenant"))),
-	}, worker.WithObserver(worker.ObserverFunc(func(e worker.Event) {
-		workerSeries.Observe(e)
-		seen.Observe(e)
+	}, worker.WithObserver(worker.ObserverFunc(func(ctx context.Context, e worker.Event) {
+		workerSeries.Observe(ctx, e)
+		seen.Observe(ctx, e)
 	})))
 	var log asynqtest.RunLog
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {

@@ -51,7 +51,7 @@ func TestPageLoadWithManyKeys(t *testing.T) {
 		batch = append(batch, throttle.Request{Key: key, N: 1})
 		for range i % 3 {
 			wantThrottled++
-			pub.ObserveDecision(throttle.Decision{Limiter: "bulk", Op: throttle.OpAllow, Key: key, N: 1,
+			pub.ObserveDecision(context.Background(), throttle.Decision{Limiter: "bulk", Op: throttle.OpAllow, Key: key, N: 1,
 				Policy: l.Policy().String(), PolicySource: throttle.SourceCode, Outcome: throttle.Throttled})
 		}
 		if len(batch) >= 1000 || i == manyKeys-1 {

@@ -123,11 +123,11 @@ func newPublisher(client redis.UniversalClient, now func() time.Time, opts ...Pu
 }
 
 // ObserveDecision counts one decision of a limiter (throttle.Observer):
-// admitted (Degraded included) or throttled. Peeks and errors are not
-// counted. It also notes the limiter's kind, its policy in code, and a key's
-// policy when a plan or a stored policy chose it.
-func (p *Publisher) ObserveDecision(d throttle.Decision) {
-	if d.Op == throttle.OpPeek || d.Outcome == throttle.Errored {
+// admitted (Degraded included) or throttled. Peeks, waits and errors are
+// not counted. It also notes the limiter's kind, its policy in code, and a
+// key's policy when a plan or a stored policy chose it.
+func (p *Publisher) ObserveDecision(_ context.Context, d throttle.Decision) {
+	if d.Op == throttle.OpPeek || d.Op == throttle.OpWait || d.Outcome == throttle.Errored {
 		return
 	}
 	var c fleet.Counts
@@ -146,7 +146,7 @@ func (p *Publisher) ObserveDecision(d throttle.Decision) {
 // Observe counts a task the worker rescheduled (worker.Observer), under its
 // rule's limiter and key. Other events, and events naming no limiter, are
 // not counted.
-func (p *Publisher) Observe(e worker.Event) {
+func (p *Publisher) Observe(_ context.Context, e worker.Event) {
 	if e.Kind != worker.Rescheduled || e.Limiter == "" {
 		return
 	}

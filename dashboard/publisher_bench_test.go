@@ -43,7 +43,7 @@ func BenchmarkPublisherObserve(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(7919)) // goroutines start at different keys
 		for pb.Next() {
-			p.ObserveDecision(ds[i%len(ds)])
+			p.ObserveDecision(context.Background(), ds[i%len(ds)])
 			i++
 		}
 	})
@@ -64,9 +64,9 @@ func BenchmarkPublisherFlush(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		for _, d := range ds { // a typical interval: 10 limiters × 100 keys, 3 decisions each
-			p.ObserveDecision(d)
-			p.ObserveDecision(d)
-			p.ObserveDecision(d)
+			p.ObserveDecision(context.Background(), d)
+			p.ObserveDecision(context.Background(), d)
+			p.ObserveDecision(context.Background(), d)
 		}
 		b.StartTimer()
 		if err := p.flush(ctx); err != nil {
@@ -142,7 +142,7 @@ func TestPublishCost(t *testing.T) {
 		ds := decisions(t, 1, keys)
 		for range seconds {
 			for _, d := range ds {
-				p.ObserveDecision(d)
+				p.ObserveDecision(context.Background(), d)
 			}
 			clock.Advance(time.Second)
 		}
@@ -154,7 +154,7 @@ func TestPublishCost(t *testing.T) {
 		wire.mu.Unlock()
 		for range seconds {
 			for _, d := range ds {
-				p.ObserveDecision(d)
+				p.ObserveDecision(context.Background(), d)
 			}
 			clock.Advance(time.Second)
 		}
@@ -189,8 +189,8 @@ func TestPublishCost(t *testing.T) {
 	r := redistest.Embedded(t)
 	p, _ := testPublisher(t, r, nil)
 	d := decision("api", "acme", throttle.OpAllow, throttle.Throttled)
-	p.ObserveDecision(d)
-	if allocs := testing.AllocsPerRun(1000, func() { p.ObserveDecision(d) }); allocs > 0.01 {
+	p.ObserveDecision(context.Background(), d)
+	if allocs := testing.AllocsPerRun(1000, func() { p.ObserveDecision(context.Background(), d) }); allocs > 0.01 {
 		t.Errorf("ObserveDecision allocates %.2f times per call for a known key", allocs)
 	}
 	// memory: a second of counts is 32 bytes; between two flushes at most

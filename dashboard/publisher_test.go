@@ -129,16 +129,34 @@ func TestPublisherCountsLandInTheirSecondAndKey(t *testing.T) {
 	steps := []struct {
 		observe func()
 	}{
-		{func() { p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Admitted)) }},
-		{func() { p.ObserveDecision(decision("api", "acme", throttle.OpReserve, throttle.Degraded)) }},
-		{func() { p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Throttled)) }},
-		{func() { p.ObserveDecision(decision("api", "acme", throttle.OpPeek, throttle.Admitted)) }}, // not counted
-		{func() { p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Errored)) }}, // not counted
-		{func() { p.Observe(worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: "acme"}) }}, // second 0
-		{func() { p.Observe(worker.Event{Kind: worker.Admitted, Limiter: "api", Key: "acme"}) }},    // not counted
-		{func() { p.Observe(worker.Event{Kind: worker.Rescheduled, Rule: "r", Key: "acme"}) }},      // no limiter
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Admitted))
+		}},
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpReserve, throttle.Degraded))
+		}},
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Throttled))
+		}},
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpPeek, throttle.Admitted))
+		}}, // not counted
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Errored))
+		}}, // not counted
+		{func() {
+			p.Observe(context.Background(), worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: "acme"})
+		}}, // second 0
+		{func() {
+			p.Observe(context.Background(), worker.Event{Kind: worker.Admitted, Limiter: "api", Key: "acme"})
+		}}, // not counted
+		{func() {
+			p.Observe(context.Background(), worker.Event{Kind: worker.Rescheduled, Rule: "r", Key: "acme"})
+		}}, // no limiter
 		{func() { clock.Advance(time.Second) }},
-		{func() { p.ObserveDecision(decision("api", "zed", throttle.OpAllow, throttle.Throttled)) }}, // second 1
+		{func() {
+			p.ObserveDecision(context.Background(), decision("api", "zed", throttle.OpAllow, throttle.Throttled))
+		}}, // second 1
 	}
 	for _, s := range steps {
 		s.observe()
@@ -169,11 +187,11 @@ func TestPublisherNotesKindAndPolicies(t *testing.T) {
 	r := redistest.Embedded(t)
 	clock := newTestClock(t, r)
 	p, _ := testPublisher(t, r, clock.Now)
-	p.ObserveDecision(throttle.Decision{Limiter: "slots", Key: "k", Op: throttle.OpAcquire, Outcome: throttle.Admitted})
-	p.ObserveDecision(throttle.Decision{Limiter: "conc:jobs", Key: "k", Op: throttle.OpAllow, Outcome: throttle.Admitted})
-	p.ObserveDecision(throttle.Decision{Limiter: "api", Key: "vip", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "gcra:100/1s:10", PolicySource: throttle.SourcePlan})
-	p.ObserveDecision(throttle.Decision{Limiter: "api", Key: "acme", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "gcra:10/1s:5", PolicySource: throttle.SourceCode})
-	p.ObserveDecision(throttle.Decision{Limiter: "api", Key: "bad", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "fw:1/1m", PolicySource: throttle.SourceStoredForKey})
+	p.ObserveDecision(context.Background(), throttle.Decision{Limiter: "slots", Key: "k", Op: throttle.OpAcquire, Outcome: throttle.Admitted})
+	p.ObserveDecision(context.Background(), throttle.Decision{Limiter: "conc:jobs", Key: "k", Op: throttle.OpAllow, Outcome: throttle.Admitted})
+	p.ObserveDecision(context.Background(), throttle.Decision{Limiter: "api", Key: "vip", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "gcra:100/1s:10", PolicySource: throttle.SourcePlan})
+	p.ObserveDecision(context.Background(), throttle.Decision{Limiter: "api", Key: "acme", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "gcra:10/1s:5", PolicySource: throttle.SourceCode})
+	p.ObserveDecision(context.Background(), throttle.Decision{Limiter: "api", Key: "bad", Op: throttle.OpAllow, Outcome: throttle.Admitted, Policy: "fw:1/1m", PolicySource: throttle.SourceStoredForKey})
 	mustFlush(t, p)
 	limiters, err := fleet.Limiters(context.Background(), r.Client, r.Prefix)
 	if err != nil {
@@ -201,10 +219,10 @@ func TestPublisherBoundsKeysAndLimiters(t *testing.T) {
 	p, log := testPublisher(t, r, clock.Now, WithKeysPerLimiter(3))
 	start := clock.Now().Truncate(time.Second)
 	for i := range 10 {
-		p.ObserveDecision(decision("api", fmt.Sprintf("k%d", i), throttle.OpAllow, throttle.Throttled))
+		p.ObserveDecision(context.Background(), decision("api", fmt.Sprintf("k%d", i), throttle.OpAllow, throttle.Throttled))
 	}
 	for i := range 250 {
-		p.ObserveDecision(decision(fmt.Sprintf("lim%03d", i), "k", throttle.OpAllow, throttle.Admitted))
+		p.ObserveDecision(context.Background(), decision(fmt.Sprintf("lim%03d", i), "k", throttle.OpAllow, throttle.Admitted))
 	}
 	p.mu.Lock()
 	keys, limiters := len(p.live["api"].Callers), len(p.live)
@@ -225,7 +243,7 @@ func TestPublisherBoundsKeysAndLimiters(t *testing.T) {
 	}
 	// the next interval counts keys afresh, within the same bound
 	clock.Advance(time.Second)
-	p.ObserveDecision(decision("api", "k9", throttle.OpAllow, throttle.Throttled))
+	p.ObserveDecision(context.Background(), decision("api", "k9", throttle.OpAllow, throttle.Throttled))
 	mustFlush(t, p)
 	if got := total(series(t, r, "api", "k9", start, 2)); got.Throttled != 1 {
 		t.Errorf("k9 in the second interval: %+v", got)
@@ -239,7 +257,7 @@ func TestPublisherKeepsCountsThroughAFailedFlush(t *testing.T) {
 	p, log := testPublisher(t, r, clock.Now)
 	start := clock.Now().Truncate(time.Second)
 
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Admitted))
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Admitted))
 	r.Mini.Close()
 	for range 2 {
 		if err := p.flush(context.Background()); err == nil {
@@ -249,9 +267,9 @@ func TestPublisherKeepsCountsThroughAFailedFlush(t *testing.T) {
 	if n := strings.Count(log.String(), "publishing counts to Redis failed"); n != 1 {
 		t.Errorf("%d warnings for two failures within a minute, want 1:\n%s", n, log)
 	}
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Throttled))
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Throttled))
 	clock.Advance(time.Second)
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Throttled))
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Throttled))
 	if err := r.Mini.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +287,7 @@ func TestPublisherDropsCountsOlderThan15Minutes(t *testing.T) {
 	p, _ := testPublisher(t, r, clock.Now)
 	start := clock.Now().Truncate(time.Second)
 
-	p.ObserveDecision(decision("api", "old", throttle.OpAllow, throttle.Admitted))
+	p.ObserveDecision(context.Background(), decision("api", "old", throttle.OpAllow, throttle.Admitted))
 	r.Mini.Close()
 	clock.Advance(16 * time.Minute)
 	if err := p.flush(context.Background()); err == nil {
@@ -284,7 +302,7 @@ func TestPublisherDropsCountsOlderThan15Minutes(t *testing.T) {
 	if err := r.Mini.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	p.ObserveDecision(decision("api", "new", throttle.OpAllow, throttle.Admitted))
+	p.ObserveDecision(context.Background(), decision("api", "new", throttle.OpAllow, throttle.Admitted))
 	mustFlush(t, p)
 	if got := total(series(t, r, "api", "", start, 17*60)); got.Admitted != 1 {
 		t.Errorf("counted %+v, want only the new decision", got)
@@ -295,7 +313,7 @@ func TestPublisherKeysExpire(t *testing.T) {
 	r := redistest.Embedded(t)
 	clock := newTestClock(t, r)
 	p, _ := testPublisher(t, r, clock.Now)
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Throttled))
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Throttled))
 	mustFlush(t, p)
 	if len(r.Keys(t)) == 0 {
 		t.Fatal("nothing written")
@@ -316,12 +334,12 @@ func TestPublisherCloseFlushes(t *testing.T) {
 	r := redistest.New(t)
 	p, _ := testPublisher(t, r, nil)
 	from := time.Now().Add(-time.Minute)
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Admitted))
-	p.Observe(worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: "acme"})
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Admitted))
+	p.Observe(context.Background(), worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: "acme"})
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Admitted)) // after Close: dropped
+	p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Admitted)) // after Close: dropped
 	if err := p.Close(context.Background()); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
@@ -335,8 +353,8 @@ func TestPublishersAggregate(t *testing.T) {
 	from := time.Now().Add(-time.Minute)
 	for i := range 3 {
 		p, _ := testPublisher(t, r, nil, WithProcessName(fmt.Sprintf("proc-%d", i)))
-		p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Throttled))
-		p.ObserveDecision(decision("api", "acme", throttle.OpAllow, throttle.Admitted))
+		p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Throttled))
+		p.ObserveDecision(context.Background(), decision("api", "acme", throttle.OpAllow, throttle.Admitted))
 		if err := p.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -370,10 +388,10 @@ func TestPublisherConcurrent(t *testing.T) {
 			for i := 0; i < least || p.flushes.Load() < 3; i++ {
 				key := fmt.Sprintf("k%d", (g*least+i)%50)
 				if i%3 == 0 {
-					p.Observe(worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: key})
+					p.Observe(context.Background(), worker.Event{Kind: worker.Rescheduled, Limiter: "api", Key: key})
 					rescheduled.Add(1)
 				} else {
-					p.ObserveDecision(decision("api", key, throttle.OpAllow, throttle.Outcome(i%2)))
+					p.ObserveDecision(context.Background(), decision("api", key, throttle.OpAllow, throttle.Outcome(i%2)))
 				}
 				observed.Add(1)
 				if i%100 == 0 {

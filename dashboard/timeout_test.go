@@ -61,7 +61,7 @@ func TestDashboardAnswersWithinItsTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late.ObserveDecision(throttle.Decision{Limiter: "partner-api", Key: "tenant-1", Op: throttle.OpAllow, Outcome: throttle.Admitted, Slot: time.Now()})
+	late.ObserveDecision(context.Background(), throttle.Decision{Limiter: "partner-api", Key: "tenant-1", Op: throttle.OpAllow, Outcome: throttle.Admitted, Slot: time.Now()})
 
 	proxy.Pause()
 	for _, c := range []struct {

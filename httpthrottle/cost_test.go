@@ -24,7 +24,7 @@ type unitsSeen struct {
 	units []int
 }
 
-func (u *unitsSeen) ObserveDecision(d throttle.Decision) {
+func (u *unitsSeen) ObserveDecision(_ context.Context, d throttle.Decision) {
 	if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {
 		u.mu.Lock()
 		u.slots = append(u.slots, d.Slot)

@@ -1,6 +1,7 @@
 package httpthrottle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +27,8 @@ type Middleware struct {
 	name    string
 	logger  *slog.Logger
 	// policy is the RateLimit-Policy field, the same on every response.
-	policy string
+	policy  string
+	observe func(context.Context, Event) // nil: none
 }
 
 // MiddlewareOption configures a Middleware.
@@ -48,6 +50,7 @@ func (f middlewareOptionFunc) applyMiddleware(m *Middleware) error { return f(m)
 //	WithTrustedProxies(c...)  none                      proxies whose X-Forwarded-For is believed
 //	WithPolicyName(s)         "default"                 the policy's name in the RateLimit fields
 //	WithLogger(l)             slog.Default()            where failures to decide are logged
+//	WithMiddlewareObserver(f) none                      told of every decision's answer
 func NewMiddleware(limiter *throttle.Limiter, opts ...MiddlewareOption) (*Middleware, error) {
 	if limiter == nil {
 		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
@@ -145,21 +148,33 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 				return // the client has gone: nobody to answer
 			}
 			m.logger.Error("httpthrottle: rate limit undecided, request refused (fail-closed)", "key", key, "err", err)
+			m.report(r.Context(), Event{Kind: Unavailable, Key: key, Status: http.StatusServiceUnavailable, Err: err})
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "rate limit unavailable", http.StatusServiceUnavailable)
 			return
 		case res.Degraded:
+			m.report(r.Context(), Event{Kind: Degraded, Key: key})
 			next.ServeHTTP(w, r) // fail-open: nothing known to advertise
 			return
 		}
 		m.writeFields(w.Header(), res)
 		if !res.Allowed {
+			m.report(r.Context(), Event{Kind: Rejected, Key: key, Delay: res.RetryAfter, Status: http.StatusTooManyRequests})
 			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(res.RetryAfter, 1), 10))
 			http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 			return
 		}
+		m.report(r.Context(), Event{Kind: Admitted, Key: key})
 		next.ServeHTTP(w, r)
 	})
+}
+
+// report tells the observer of e, if there is one.
+func (m *Middleware) report(ctx context.Context, e Event) {
+	if m.observe != nil {
+		e.Limiter = m.limiter.Name()
+		m.observe(ctx, e)
+	}
 }
 
 // writeFields sets the rate limit fields of a decision.

@@ -33,6 +33,7 @@ type Transport struct {
 	retries  int
 	statuses []int
 	maxBlock time.Duration
+	observe  func(context.Context, Event) // nil: none
 }
 
 // TransportOption configures a Transport.
@@ -57,6 +58,7 @@ var ErrInvalidOption = errors.New("httpthrottle: invalid option")
 //	WithRetries(n)             0                       retries of a 429/503
 //	WithBackoffStatuses(c...)  429, 503                answers whose Retry-After blocks the key
 //	WithMaxBlock(d)            1 hour                  longest block a Retry-After may set
+//	WithTransportObserver(f)   none                    told of waits and back-offs
 func NewTransport(limiter *throttle.Limiter, opts ...TransportOption) (*Transport, error) {
 	if limiter == nil {
 		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOption)
@@ -197,7 +199,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("httpthrottle: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
 	for attempt := 0; ; attempt++ {
-		if err := t.waitTurn(req.Context(), key, n); err != nil {
+		began := time.Now()
+		err := t.waitTurn(req.Context(), key, n)
+		t.report(req.Context(), Event{Kind: Waited, Key: key, Attempt: attempt, Delay: time.Since(began), Err: err})
+		if err != nil {
 			closeBody(req)
 			return nil, err
 		}
@@ -209,11 +214,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok || wait <= 0 {
 			return resp, nil
 		}
-		if err := t.limiter.BlockFor(req.Context(), key, min(wait, t.maxBlock)); err != nil {
-			return resp, nil // the answer is the caller's; the block was best effort
-		}
-		if attempt >= t.retries || !replayable(req) {
-			return resp, nil
+		block := min(wait, t.maxBlock)
+		err = t.limiter.BlockFor(req.Context(), key, block)
+		retrying := err == nil && attempt < t.retries && replayable(req)
+		t.report(req.Context(), Event{Kind: BackedOff, Key: key, Attempt: attempt, Delay: block,
+			Status: resp.StatusCode, Retrying: retrying, Err: err})
+		if !retrying {
+			return resp, nil // the answer is the caller's; a block is best effort
 		}
 		next, err := rewind(req)
 		if err != nil {
@@ -222,6 +229,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		req = next
+	}
+}
+
+// report tells the observer of e, if there is one.
+func (t *Transport) report(ctx context.Context, e Event) {
+	if t.observe != nil {
+		e.Limiter = t.limiter.Name()
+		t.observe(ctx, e)
 	}
 }
 

@@ -119,7 +119,7 @@ type slots struct {
 	at []time.Time
 }
 
-func (s *slots) ObserveDecision(d throttle.Decision) {
+func (s *slots) ObserveDecision(_ context.Context, d throttle.Decision) {
 	if d.Op == throttle.OpReserve && d.Outcome == throttle.Admitted {
 		s.mu.Lock()
 		s.at = append(s.at, d.Slot)

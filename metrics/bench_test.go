@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func BenchmarkObserveDecision(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c.ObserveDecision(d)
+			c.ObserveDecision(context.Background(), d)
 		}
 	})
 }
@@ -32,7 +33,7 @@ func BenchmarkObserveEvent(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			o.Observe(e)
+			o.Observe(context.Background(), e)
 		}
 	})
 }

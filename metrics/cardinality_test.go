@@ -33,12 +33,12 @@ func observeCallers(c *metrics.Collector, from, to int) {
 		key := tenant(i)
 		for _, op := range ops {
 			for _, o := range outcomes {
-				c.ObserveDecision(throttle.Decision{Limiter: "per-tenant", Op: op, Key: key, N: 1, Outcome: o,
+				c.ObserveDecision(context.Background(), throttle.Decision{Limiter: "per-tenant", Op: op, Key: key, N: 1, Outcome: o,
 					Latency: time.Millisecond, Cached: o == throttle.Throttled})
 			}
 		}
 		for j, k := range kinds {
-			o.Observe(worker.Event{Kind: k, TaskID: fmt.Sprintf("%s-task-%d", key, j), TaskType: "partner:sync",
+			o.Observe(context.Background(), worker.Event{Kind: k, TaskID: fmt.Sprintf("%s-task-%d", key, j), TaskType: "partner:sync",
 				Rule: "tenant", Key: key, Delay: time.Duration(i) * time.Millisecond})
 		}
 	}

@@ -186,7 +186,7 @@ func TestConcurrentObservers(t *testing.T) {
 				if i%2 == 1 {
 					outcome = throttle.Throttled
 				}
-				c.ObserveDecision(throttle.Decision{Limiter: "shared", Op: throttle.OpAllow, Key: string(rune('a' + g)), N: 1,
+				c.ObserveDecision(context.Background(), throttle.Decision{Limiter: "shared", Op: throttle.OpAllow, Key: string(rune('a' + g)), N: 1,
 					Outcome: outcome, Latency: time.Millisecond, Cached: outcome == throttle.Throttled})
 			}
 		}()
@@ -201,4 +201,27 @@ jobthrottle_decisions_total{limiter="shared",op="allow",outcome="throttled"} 400
 # TYPE jobthrottle_deny_cache_hits_total counter
 jobthrottle_deny_cache_hits_total{limiter="shared"} 4000
 `, "jobthrottle_decisions_total", "jobthrottle_deny_cache_hits_total")
+}
+
+// TestWaitsAreNotDecisions: a Wait that sleeps for its slot is one
+// decision (its reservation) in the series, not two; its sleep, which
+// observers see as an OpWait, is left out.
+func TestWaitsAreNotDecisions(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	c, reg := newCollector(t)
+	paced := newNamedLimiter(t, tg.Client, tg, "paced", throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1}, throttle.WithObserver(c))
+	for range 2 {
+		if err := paced.Wait(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := withPrefix(samples(t, reg), "jobthrottle_decision")
+	// The count tells a sleep counted as a decision; the sum is the
+	// reservations' round trips, whatever the machine makes of them.
+	delete(got, `jobthrottle_decision_duration_seconds_sum{limiter="paced",op="reserve"}`)
+	checkSamples(t, got, map[string]float64{
+		`jobthrottle_decisions_total{limiter="paced",op="reserve",outcome="admitted"}`: 2,
+		`jobthrottle_decision_duration_seconds_count{limiter="paced",op="reserve"}`:    2,
+	})
 }

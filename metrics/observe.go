@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"context"
+
 	"github.com/jobthrottle/jobthrottle/metrics/internal/series"
 	"github.com/jobthrottle/jobthrottle/throttle"
 )
@@ -9,9 +11,13 @@ import (
 // limiter, op and outcome, in decision_duration_seconds, in
 // redis_errors_total when Redis could not decide ([throttle.Decision.RedisFailed])
 // and in deny_cache_hits_total when the deny cache answered. The caller key
-// is never used. It makes [Collector] a [throttle.Observer]; it is safe for
-// concurrent use.
-func (c *Collector) ObserveDecision(d throttle.Decision) {
+// is never used, and the sleeps of Wait ([throttle.OpWait]) are not
+// decisions: they are left out. It makes [Collector] a [throttle.Observer];
+// it is safe for concurrent use.
+func (c *Collector) ObserveDecision(_ context.Context, d throttle.Decision) {
+	if d.Op == throttle.OpWait {
+		return
+	}
 	limiter := series.LabelValue(d.Limiter)
 	op := series.LabelValue(string(d.Op))
 	own := c.limiter(limiter)

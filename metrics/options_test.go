@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -53,10 +54,10 @@ func TestOptionsApply(t *testing.T) {
 	c, reg := newCollector(t, metrics.WithNamespace("billing_jobs"),
 		metrics.WithLatencyBuckets(latency...), metrics.WithWaitBuckets(1, 10))
 	latency[0] = 5 // changing the caller's slice changes nothing
-	c.ObserveDecision(throttle.Decision{Limiter: "l", Op: throttle.OpAllow, Outcome: throttle.Admitted, Latency: 2 * time.Millisecond})
+	c.ObserveDecision(context.Background(), throttle.Decision{Limiter: "l", Op: throttle.OpAllow, Outcome: throttle.Admitted, Latency: 2 * time.Millisecond})
 	o := workermetrics.Observer(c)
-	o.Observe(worker.Event{Kind: worker.WaitedInline, TaskType: "t", Delay: 2 * time.Second})
-	o.Observe(worker.Event{Kind: worker.LeaseTaken, Rule: "r"})
+	o.Observe(context.Background(), worker.Event{Kind: worker.WaitedInline, TaskType: "t", Delay: 2 * time.Second})
+	o.Observe(context.Background(), worker.Event{Kind: worker.LeaseTaken, Rule: "r"})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

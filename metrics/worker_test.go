@@ -42,7 +42,7 @@ func TestWorkerEventsExactCounts(t *testing.T) {
 	}
 	o := workermetrics.Observer(c)
 	for _, e := range events {
-		o.Observe(e)
+		o.Observe(context.Background(), e)
 	}
 	compare(t, c, `
 # HELP jobthrottle_worker_tasks_total Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed, lease_lost, unconfigured).
@@ -148,9 +148,9 @@ func TestWorkerFleetEndToEnd(t *testing.T) {
 	exports := newNamedConcurrency(t, tg.NewClient(t), tg.Prefix, "exports", throttle.Concurrency{Limit: 2, Lease: 5 * time.Second}, throttle.WithObserver(c))
 	var events asynqtest.Events
 	o := workermetrics.Observer(c)
-	both := worker.ObserverFunc(func(e worker.Event) {
-		o.Observe(e)
-		events.Observe(e)
+	both := worker.ObserverFunc(func(ctx context.Context, e worker.Event) {
+		o.Observe(ctx, e)
+		events.Observe(ctx, e)
 	})
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Concurrency("exports", worker.Type("export"), exports, worker.KeyBy(worker.ByType()))},
 		worker.WithObserver(both))

@@ -20,7 +20,7 @@ type lastPolicy struct {
 	policy string
 }
 
-func (p *lastPolicy) ObserveDecision(d throttle.Decision) {
+func (p *lastPolicy) ObserveDecision(_ context.Context, d throttle.Decision) {
 	p.mu.Lock()
 	p.policy = d.Policy
 	p.mu.Unlock()

@@ -18,6 +18,12 @@ const (
 	OpPeek    Op = "peek"    // Peek
 	OpReserve Op = "reserve" // Reserve, and Wait on the meters (and the worker's bookings)
 	OpAcquire Op = "acquire" // ConcurrencyLimiter.Acquire
+	// OpWait is the sleep of Wait, WaitN or Reservation.Wait, reported
+	// when it ends and only when the call slept: Latency is the time it
+	// slept, Outcome Admitted when the turn came or Errored when the
+	// context ended first. It follows the decisions the call made and is
+	// not one itself: package metrics leaves it out of its decision series.
+	OpWait Op = "wait"
 )
 
 // Outcome is how a decision ended.
@@ -80,6 +86,9 @@ type Decision struct {
 	// Cached reports a rejection answered from the deny cache, without
 	// Redis.
 	Cached bool
+	// RetryAfter is, for a Throttled decision, how long until the request
+	// could be admitted (the Result's RetryAfter); zero otherwise.
+	RetryAfter time.Duration
 	// Latency is how long the call took, Redis round trip included.
 	Latency time.Duration
 	// Slot is when the admitted units may start, on the Redis server's
@@ -115,18 +124,20 @@ const (
 type PolicySource string
 
 // Observer receives every decision of the limiters it is given to with
-// [WithObserver]: the hook for metrics (see package metrics). Observe is
-// called synchronously on the caller's goroutine after the decision, so it
+// [WithObserver]: the hook for metrics and traces (see packages metrics
+// and throttleotel). ObserveDecision is called synchronously on the
+// caller's goroutine after the decision, with the context the call was
+// given (a tracer finds the caller's span in it; it may have ended), so it
 // must be quick, and safe for concurrent use.
 type Observer interface {
-	ObserveDecision(Decision)
+	ObserveDecision(context.Context, Decision)
 }
 
 // ObserverFunc adapts a function to an [Observer].
-type ObserverFunc func(Decision)
+type ObserverFunc func(context.Context, Decision)
 
 // ObserveDecision calls f.
-func (f ObserverFunc) ObserveDecision(d Decision) { f(d) }
+func (f ObserverFunc) ObserveDecision(ctx context.Context, d Decision) { f(ctx, d) }
 
 // WithObserver sends every decision of the limiter to o. Given more than
 // once, every observer receives every decision, in the order given (a
@@ -148,9 +159,9 @@ func WithObserver(o Observer) Option {
 // observers sends each decision to both, in order.
 type observers [2]Observer
 
-func (o observers) ObserveDecision(d Decision) {
-	o[0].ObserveDecision(d)
-	o[1].ObserveDecision(d)
+func (o observers) ObserveDecision(ctx context.Context, d Decision) {
+	o[0].ObserveDecision(ctx, d)
+	o[1].ObserveDecision(ctx, d)
 }
 
 // WithLivePolicies makes a [Limiter] apply the policies an operator
@@ -229,6 +240,7 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 		}
 	default:
 		d.Outcome = Throttled
+		d.RetryAfter = r.RetryAfter
 	}
 	if !start.IsZero() {
 		d.Latency = time.Since(start)
@@ -237,8 +249,21 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 		c.logOutage(ctx, d)
 	}
 	if c.cfg.observer != nil {
-		c.cfg.observer.ObserveDecision(d)
+		c.cfg.observer.ObserveDecision(ctx, d)
 	}
+}
+
+// observeWait reports a sleep of Wait, WaitN or Reservation.Wait that
+// began at start and ended with err (nil: the turn came), as an [OpWait].
+func (c *conn) observeWait(ctx context.Context, key string, n int, start time.Time, err error) {
+	if c.cfg.observer == nil {
+		return
+	}
+	d := Decision{Limiter: c.cfg.name, Op: OpWait, Key: key, N: n, Outcome: Admitted, Latency: time.Since(start)}
+	if err != nil {
+		d.Outcome, d.Err = Errored, err
+	}
+	c.cfg.observer.ObserveDecision(ctx, d)
 }
 
 // logOutage logs a decision Redis could not make, at most once per

@@ -21,7 +21,7 @@ type recorder struct {
 	decisions []throttle.Decision
 }
 
-func (r *recorder) ObserveDecision(d throttle.Decision) {
+func (r *recorder) ObserveDecision(_ context.Context, d throttle.Decision) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.decisions = append(r.decisions, d)
@@ -137,5 +137,79 @@ func TestObserverOptionsRejectBadInput(t *testing.T) {
 	}
 	if _, err := throttle.New(tg.Client, "limiter", p, throttle.WithLogger(nil)); err != nil {
 		t.Errorf("WithLogger(nil) discards, want no error: %v", err)
+	}
+}
+
+// ctxMark marks the context a test passes to a limiter, to find it again
+// in what the observer was given.
+type ctxMark struct{}
+
+func TestObserverSeesWaitsAndTheCallersContext(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.WithValue(context.Background(), ctxMark{}, "caller")
+	var mu sync.Mutex
+	var got []throttle.Decision
+	obs := throttle.ObserverFunc(func(c context.Context, d throttle.Decision) {
+		if c.Value(ctxMark{}) != "caller" {
+			t.Errorf("%s decision observed without the caller's context", d.Op)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, d)
+	})
+	cases := []struct {
+		name   string
+		policy throttle.Policy
+		gap    time.Duration // the least the second Wait sleeps
+	}{
+		{"gcra", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1}, 60 * time.Millisecond},
+		{"fixed window", throttle.FixedWindow{Limit: 1, Window: 200 * time.Millisecond}, time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			l := newNamedLimiter(t, tg, "w-"+strings.ReplaceAll(tc.name, " ", "-"), tc.policy, throttle.WithObserver(obs))
+			if err := l.Wait(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now()
+			if err := l.Wait(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(before)
+			cancelled, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			if err := l.Wait(cancelled, "k"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("third Wait: %v, want a deadline error", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var waits []throttle.Decision
+			for _, d := range got {
+				switch {
+				case d.Op == throttle.OpWait:
+					waits = append(waits, d)
+				case d.Outcome == throttle.Throttled && d.RetryAfter <= 0:
+					t.Errorf("throttled %s decision without its RetryAfter: %+v", d.Op, d)
+				case d.Outcome != throttle.Throttled && d.RetryAfter != 0:
+					t.Errorf("%s %s decision with a RetryAfter: %+v", d.Op, d.Outcome, d)
+				}
+			}
+			// The first Wait did not sleep; the second slept and was
+			// admitted; the third either failed at once (its deadline too
+			// near: no sleep) or slept until its context ended.
+			if len(waits) < 1 || len(waits) > 2 {
+				t.Fatalf("wait reports %+v, want the second Wait's and perhaps the third's", waits)
+			}
+			w := waits[0]
+			if w.Outcome != throttle.Admitted || w.Limiter != l.Name() || w.Key != "k" || w.N != 1 || w.Latency < tc.gap || w.Latency > took {
+				t.Fatalf("second Wait reported %+v; want admitted after sleeping between %s and %s", w, tc.gap, took)
+			}
+			if len(waits) == 2 && (waits[1].Outcome != throttle.Errored || !errors.Is(waits[1].Err, context.DeadlineExceeded)) {
+				t.Fatalf("third Wait reported %+v; want an error wrapping its deadline", waits[1])
+			}
+		})
 	}
 }

@@ -119,7 +119,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, ticket ticket, n int,
 	if l.cfg.observer != nil || err != nil || (res != nil && res.Degraded) {
 		var r Result
 		if res != nil {
-			r = Result{Allowed: res.OK, Degraded: res.Degraded, cause: res.cause, serverTime: res.serverStart, policy: res.sp}
+			r = Result{Allowed: res.OK, Degraded: res.Degraded, RetryAfter: res.RetryAfter, cause: res.cause, serverTime: res.serverStart, policy: res.sp}
 		}
 		l.observe(ctx, OpReserve, key, n, start, r, err)
 	}
@@ -274,11 +274,13 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		return fmt.Errorf("throttle: slot for %q starts %s after the context's deadline: %w",
 			r.key, r.StartAt.Sub(deadline), context.DeadlineExceeded)
 	}
-	if err := sleep(ctx, wait); err != nil {
+	start := time.Now()
+	err := sleep(ctx, wait)
+	if err != nil {
 		_ = r.Cancel(ctx)
-		return err
 	}
-	return nil
+	r.limiter.observeWait(ctx, r.key, r.n, start, err)
+	return err
 }
 
 // sleep waits for d or until ctx is done, whichever comes first, and then

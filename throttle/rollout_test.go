@@ -105,7 +105,7 @@ func TestRolloutNeverAdmitsMoreThanTheLargerPolicy(t *testing.T) {
 			tg := redistest.New(t)
 			var mu sync.Mutex
 			var slots []time.Time
-			observer := throttle.ObserverFunc(func(d throttle.Decision) {
+			observer := throttle.ObserverFunc(func(_ context.Context, d throttle.Decision) {
 				if d.Outcome == throttle.Admitted {
 					mu.Lock()
 					slots = append(slots, d.Slot)

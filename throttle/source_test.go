@@ -264,7 +264,7 @@ func TestLimiterName(t *testing.T) {
 // orderObserver returns the i-th observer of log: it logs "op key outcome" and keeps
 // what it saw.
 func orderObserver(log *observetest.Log[throttle.Decision], i int) throttle.Observer {
-	return throttle.ObserverFunc(func(d throttle.Decision) {
+	return throttle.ObserverFunc(func(_ context.Context, d throttle.Decision) {
 		log.Record(i, fmt.Sprintf("%s %s %s", d.Op, d.Key, d.Outcome), d)
 	})
 }

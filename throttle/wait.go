@@ -42,17 +42,25 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return res.Wait(ctx)
 	}
+	var slept time.Time // when the first sleep began; zero until then
 	for {
 		r, err := l.AllowN(ctx, key, n)
-		if err != nil || r.Allowed {
-			return err
-		}
-		if bounded && time.Now().Add(r.RetryAfter).After(deadline) {
-			return fmt.Errorf("throttle: %d units for %q are admitted in %s, after the context's deadline: %w",
+		if err == nil && !r.Allowed && bounded && time.Now().Add(r.RetryAfter).After(deadline) {
+			err = fmt.Errorf("throttle: %d units for %q are admitted in %s, after the context's deadline: %w",
 				n, key, r.RetryAfter, context.DeadlineExceeded)
 		}
-		if err := sleep(ctx, r.RetryAfter); err != nil {
-			return err
+		if err == nil && !r.Allowed {
+			if slept.IsZero() {
+				slept = time.Now()
+			}
+			err = sleep(ctx, r.RetryAfter)
+			if err == nil {
+				continue
+			}
 		}
+		if !slept.IsZero() {
+			l.observeWait(ctx, key, n, slept, err)
+		}
+		return err
 	}
 }

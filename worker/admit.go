@@ -37,12 +37,12 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 				}
 				waitedFor = p.waitingFor()
 			}
-			t.observeAdmitted(tk, p, slept+p.delay, waitedFor)
+			t.observeAdmitted(ctx, tk, p, slept+p.delay, waitedFor)
 			return p, nil
 		}
 		r := p.refused
 		if r.err != nil {
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
+			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: r.err})
 			if cannotPass(r.err) {
 				// Asking again would fail the same way: the task's cost
 				// never fits the policy, or the policy cannot apply.
@@ -92,14 +92,14 @@ func (t *Throttler) inlineBudget(ctx context.Context, tk *task, started time.Tim
 	return max(0, budget)
 }
 
-func (t *Throttler) observeAdmitted(tk *task, p *pass, waited time.Duration, waitedFor cause) {
+func (t *Throttler) observeAdmitted(ctx context.Context, tk *task, p *pass, waited time.Duration, waitedFor cause) {
 	switch {
 	case p.degraded:
-		t.observe(Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
+		t.observe(ctx, Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	case waited > 0:
-		t.observe(Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
+		t.observe(ctx, Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
 	default:
-		t.observe(Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
+		t.observe(ctx, Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
 	}
 }
 

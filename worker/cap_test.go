@@ -36,8 +36,8 @@ type leaseEvent struct {
 	taken bool
 }
 
-func (l *leaseLog) Observe(e worker.Event) {
-	l.all.Observe(e)
+func (l *leaseLog) Observe(ctx context.Context, e worker.Event) {
+	l.all.Observe(ctx, e)
 	if e.Kind != worker.LeaseTaken && e.Kind != worker.LeaseReleased {
 		return
 	}

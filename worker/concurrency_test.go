@@ -40,8 +40,8 @@ func TestConcurrencyCapAcrossServers(t *testing.T) {
 	}
 	var events asynqtest.Events
 	var held, mostHeld atomic.Int32
-	gauge := worker.ObserverFunc(func(e worker.Event) {
-		events.Observe(e)
+	gauge := worker.ObserverFunc(func(ctx context.Context, e worker.Event) {
+		events.Observe(ctx, e)
 		switch e.Kind {
 		case worker.LeaseTaken:
 			now := held.Add(1)

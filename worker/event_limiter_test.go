@@ -148,7 +148,7 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 // eventObserver returns the i-th observer of log: it logs "kind rule" and keeps
 // what it saw.
 func eventObserver(log *observetest.Log[worker.Event], i int) worker.Observer {
-	return worker.ObserverFunc(func(e worker.Event) {
+	return worker.ObserverFunc(func(_ context.Context, e worker.Event) {
 		log.Record(i, fmt.Sprintf("%s %s", e.Kind, e.Rule), e)
 	})
 }

@@ -49,7 +49,7 @@ func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, un
 		return err
 	}
 	if err := enqueue(); err != nil {
-		t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Err: err})
+		t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Err: err})
 		// Any error now makes asynq archive the task: while Redis does
 		// not answer, wait for it and try again, as settle does, for at
 		// most asynq's lease on the task.
@@ -57,7 +57,7 @@ func (t *Throttler) handOver(ctx context.Context, tk *task, rule, key string, un
 			return fmt.Errorf("worker: handing over throttled task %s: %w", tk.id, err)
 		}
 	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Delay: time.Until(until)})
+	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: rule, Key: key, Delay: time.Until(until)})
 	return nil
 }
 

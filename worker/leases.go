@@ -12,10 +12,10 @@ import (
 
 // observeLeases reports each lease the pass holds in Redis (a degraded
 // one holds none) as an event of kind k.
-func (t *Throttler) observeLeases(tk *task, p *pass, k EventKind) {
+func (t *Throttler) observeLeases(ctx context.Context, tk *task, p *pass, k EventKind) {
 	for _, l := range p.leases {
 		if !l.Degraded() {
-			t.observe(Event{Kind: k, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule.name, Key: l.key})
+			t.observe(ctx, Event{Kind: k, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule.name, Key: l.key})
 		}
 	}
 }
@@ -42,7 +42,7 @@ func (t *Throttler) watchLeases(ctx context.Context, tk *task, p *pass) (running
 			case <-l.Lost():
 				once.Do(func() {
 					first = l
-					t.observe(Event{Kind: LeaseLost, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule.name, Key: l.key})
+					t.observe(ctx, Event{Kind: LeaseLost, TaskID: tk.id, TaskType: tk.Type(), Rule: l.rule.name, Key: l.key})
 					cancel(fmt.Errorf("worker: rule %q lost the task's slot on key %q while the handler ran: %w",
 						l.rule.name, l.key, throttle.ErrLeaseLost))
 				})

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -31,7 +32,7 @@ func TestMeterStartsReachTheLimitersObserver(t *testing.T) {
 			var mu sync.Mutex
 			count := map[throttle.Outcome]int{}
 			var slots []time.Time
-			obs := throttle.ObserverFunc(func(d throttle.Decision) {
+			obs := throttle.ObserverFunc(func(_ context.Context, d throttle.Decision) {
 				mu.Lock()
 				defer mu.Unlock()
 				if d.Op == throttle.OpPeek {
@@ -86,7 +87,7 @@ func TestEveryRuleATaskPassedCountsIt(t *testing.T) {
 	tg := redistest.New(t)
 	var mu sync.Mutex
 	admitted := map[string]int{} // limiter/key
-	obs := throttle.ObserverFunc(func(d throttle.Decision) {
+	obs := throttle.ObserverFunc(func(_ context.Context, d throttle.Decision) {
 		if d.Outcome == throttle.Admitted && d.Op != throttle.OpPeek {
 			mu.Lock()
 			admitted[d.Limiter+"/"+d.Key]++

@@ -69,7 +69,7 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 	running := ctx
 	lost := func() *held { return nil }
 	if len(p.leases) > 0 {
-		t.observeLeases(tk, p, LeaseTaken)
+		t.observeLeases(ctx, tk, p, LeaseTaken)
 		running, lost = t.watchLeases(ctx, tk, p)
 	}
 	defer func() {
@@ -78,7 +78,7 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 			// Reported before Redis frees the slot, and taken after Redis
 			// gave it: a gauge kept from the events never shows more leases
 			// than Redis holds.
-			t.observeLeases(tk, p, LeaseReleased)
+			t.observeLeases(ctx, tk, p, LeaseReleased)
 			if p.giveBackLeases(ctx, t.leaseClient()) {
 				t.noteAnswer() // Redis is up: the task need not ask it again
 			}
@@ -148,12 +148,12 @@ func (t *Throttler) describe(ctx context.Context, at *asynq.Task, rules []*Rule)
 			err = fmt.Errorf("%w: empty key", ErrNoKey)
 		}
 		if err != nil {
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Err: err})
+			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Err: err})
 			return nil, fmt.Errorf("worker: rule %q: %w: %w", r.name, err, asynq.SkipRetry)
 		}
 		cost, err := r.costOf(ctx, at)
 		if err != nil {
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Key: key, Err: err})
+			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: at.Type(), Rule: r.name, Key: key, Err: err})
 			return nil, fmt.Errorf("worker: rule %q: task cost: %w: %w", r.name, err, asynq.SkipRetry)
 		}
 		tk.keys = append(tk.keys, key)

@@ -1,6 +1,9 @@
 package worker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // EventKind says what happened to a task at the gate.
 type EventKind int
@@ -106,13 +109,17 @@ type Event struct {
 }
 
 // Observer receives the gate's events. Observe is called synchronously on
-// the task's goroutine, so it must be quick and safe for concurrent use.
+// the task's goroutine, with the context asynq gave the task's handler (a
+// tracer finds the handler's span in it), so it must be quick and safe for
+// concurrent use. Events that happen outside a handler (Unconfigured, and a
+// Rescheduled or Failed after the handler returned) come with the
+// handler's context when there was one, else context.Background().
 type Observer interface {
-	Observe(Event)
+	Observe(context.Context, Event)
 }
 
 // ObserverFunc adapts a function to an Observer.
-type ObserverFunc func(Event)
+type ObserverFunc func(context.Context, Event)
 
 // Observe calls f.
-func (f ObserverFunc) Observe(e Event) { f(e) }
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }

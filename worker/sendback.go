@@ -47,7 +47,7 @@ func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.T
 	if lane {
 		t.toLane(tk.queue, tk.id, due)
 	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(due), Err: r.err})
+	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(due), Err: r.err})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(due), until: retryAt}
 }
 
@@ -70,12 +70,12 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 		rules := t.matching(ctx, tk.Task)
 		entry, units, err := t.entryOf(ctx, tk, rules, meterRoles(rules), r.rule, r.key)
 		if err != nil {
-			return t.noKey(tk, r.rule, err)
+			return t.noKey(ctx, tk, r.rule, err)
 		}
 		size, lease, err := gate.EnterRoom(ctx, r.rule.limiter, r.key, tk.waiterID(), entry.Flow, entry.Weight, units, r.leadWait, entry.Payload)
 		if err != nil {
 			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
 		r.entered, r.waiters, r.lease = true, size, lease
@@ -88,7 +88,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
 	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(fallback)})
+	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(fallback)})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(fallback), until: fallback}
 }
 
@@ -153,7 +153,7 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 		if err := gate.CapPark(ctx, r.rule.conc, r.key, tk.waiterID(), t.parking(tk).Payload, parkFallback+parkMargin); err != nil {
 			leave()
 			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
-			t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
+			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
 		t.noteAnswer() // parked: Redis answered
@@ -161,7 +161,7 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
 	}
-	t.observe(Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: parkFallback})
+	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: parkFallback})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: parkFallback, until: fallback}
 }
 
@@ -225,7 +225,7 @@ func (t *Throttler) giveUp(ctx context.Context, tk *task, r *refusal) error {
 		return nil
 	}
 	t.forgetKept(ctx, tk)
-	t.observe(Event{Kind: GaveUp, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Throttles: n})
+	t.observe(ctx, Event{Kind: GaveUp, TaskID: tk.id, TaskType: tk.Type(), Rule: rule.name, Key: r.key, Throttles: n})
 	return &GaveUpError{Rule: rule.name, Key: r.key, Throttles: n, ThrottledFor: since, drop: rule.giveUp.Action == GiveUpDrop}
 }
 
@@ -261,7 +261,7 @@ func (tk *task) copyID() string { return fmt.Sprintf("%s~%d", tk.origin, tk.copi
 
 // noKey fails a task for which a rule's key function found no key: it
 // fails without retries, its payload will not change.
-func (t *Throttler) noKey(tk *task, r *Rule, err error) error {
-	t.observe(Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.name, Err: err})
+func (t *Throttler) noKey(ctx context.Context, tk *task, r *Rule, err error) error {
+	t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.name, Err: err})
 	return fmt.Errorf("worker: rule %q: %w: %w", r.name, err, asynq.SkipRetry)
 }

@@ -253,9 +253,9 @@ func WithObserver(o Observer) Option {
 // observers sends each event to both, in order.
 type observers [2]Observer
 
-func (o observers) Observe(e Event) {
-	o[0].Observe(e)
-	o[1].Observe(e)
+func (o observers) Observe(ctx context.Context, e Event) {
+	o[0].Observe(ctx, e)
+	o[1].Observe(ctx, e)
 }
 
 // WithPrefix sets the start of the Redis keys the Throttler writes (its
@@ -286,13 +286,13 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-func (t *Throttler) observe(e Event) {
+func (t *Throttler) observe(ctx context.Context, e Event) {
 	if e.Rule != "" {
 		e.Limiter = t.limiterOf(e.Rule)
 	}
 	t.log(e)
 	if t.cfg.observer != nil {
-		t.cfg.observer.Observe(e)
+		t.cfg.observer.Observe(ctx, e)
 	}
 }
 

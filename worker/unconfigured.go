@@ -101,5 +101,5 @@ func (t *Throttler) confirmUnconfigured(queue, id, taskType string, retried int,
 			slog.String("task_id", id), slog.String("task_type", taskType), slog.String("queue", queue),
 			slog.String("rule", throttled.Rule))
 	}
-	t.observe(Event{Kind: Unconfigured, TaskID: id, TaskType: taskType, Rule: throttled.Rule, Key: throttled.Key})
+	t.observe(context.Background(), Event{Kind: Unconfigured, TaskID: id, TaskType: taskType, Rule: throttled.Rule, Key: throttled.Key})
 }

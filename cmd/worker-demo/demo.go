@@ -307,7 +307,7 @@ func (d *demo) record(id, tenant string) {
 	}
 }
 
-func (d *demo) observe(e worker.Event) {
+func (d *demo) observe(_ context.Context, e worker.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := originalID(e.TaskID)

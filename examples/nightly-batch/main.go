@@ -33,7 +33,7 @@ func main() {
 	}
 	var throttled atomic.Int32
 	th, err := worker.New(rdb, []worker.Rule{worker.Rate("partner", worker.Type("customer:sync"), limiter, worker.KeyBy(worker.Constant("partner")))},
-		worker.WithObserver(worker.ObserverFunc(func(e worker.Event) {
+		worker.WithObserver(worker.ObserverFunc(func(_ context.Context, e worker.Event) {
 			if e.Kind == worker.Rescheduled {
 				throttled.Add(1)
 			}

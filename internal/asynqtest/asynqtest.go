@@ -209,7 +209,7 @@ func (e *Events) All() []worker.Event {
 }
 
 // Observe records an event; Events is a worker.Observer.
-func (e *Events) Observe(ev worker.Event) {
+func (e *Events) Observe(_ context.Context, ev worker.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.byKind == nil {

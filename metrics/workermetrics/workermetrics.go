@@ -19,6 +19,8 @@
 package workermetrics
 
 import (
+	"context"
+
 	"github.com/jobthrottle/jobthrottle/metrics"
 	"github.com/jobthrottle/jobthrottle/metrics/internal/series"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -47,7 +49,7 @@ func Observer(c *metrics.Collector) worker.Observer {
 type observer struct{ series *series.Worker }
 
 // Observe counts e.
-func (o observer) Observe(e worker.Event) {
+func (o observer) Observe(_ context.Context, e worker.Event) {
 	rule := series.LabelValue(e.Rule)
 	switch e.Kind {
 	case worker.LeaseTaken:
