@@ -105,9 +105,11 @@
 //
 // # Observing
 //
-// [WithObserver] hands every decision to an [Observer] (package metrics
-// has a Prometheus one): the limiter's name, the call, its
-// outcome, its latency and any Redis failure. Redis failures are also
+// [WithObserver] hands every decision to an [Observer], with the caller's
+// context (package metrics has a Prometheus one; module throttleotel an
+// OpenTelemetry one that adds it to the caller's span): the limiter's
+// name, the call, its outcome, its latency and any Redis failure, and
+// the sleep of a Wait ([OpWait]). Redis failures are also
 // logged with log/slog ([WithLogger], slog.Default() unless set), at most
 // once per limiter every ten seconds.
 //
