@@ -62,7 +62,11 @@ func (i *Instrumentation) ObserveDecision(ctx context.Context, d throttle.Decisi
 		attrs = append(attrs, attrCached.Bool(true))
 	}
 	if d.Err != nil {
-		attrs = append(attrs, attrErrorType.String(errorType(d.Err)))
+		et := errorType(d.Err)
+		if d.Outcome == throttle.Degraded && et == otherError {
+			et = "unavailable" // the Redis failure itself, unwrapped
+		}
+		attrs = append(attrs, attrErrorType.String(et))
 	}
 	span.AddEvent("throttle.decision", trace.WithAttributes(i.withKey(attrs, d.Key)...))
 }
@@ -114,8 +118,12 @@ func errorType(err error) string {
 		errors.Is(err, throttle.ErrExceedsLimit), errors.Is(err, throttle.ErrInvalidDelay):
 		return "invalid_request"
 	}
-	return "_OTHER"
+	return otherError
 }
+
+// otherError is error.type for an error of no known kind, as OpenTelemetry's
+// semantic conventions name it.
+const otherError = "_OTHER"
 
 // valid returns s as valid UTF-8, as exporters require: a task type, being
 // bytes from the queue, may not be.

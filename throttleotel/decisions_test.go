@@ -12,6 +12,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/throttleotel"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -207,5 +208,55 @@ func TestNoSpanNoTrace(t *testing.T) {
 	}
 	if v, _ := attr(waits[0].Attributes(), "error.type"); v.AsString() != "canceled" {
 		t.Errorf("error.type %q, want canceled", v.AsString())
+	}
+}
+
+// TestFailuresAndDenyCacheCounted: decisions Redis could not make count in
+// jobthrottle.redis.errors (failed closed: outcome error; let through:
+// outcome degraded), and refusals the deny cache answered in
+// jobthrottle.deny_cache.hits; the caller's span says which.
+func TestFailuresAndDenyCacheCounted(t *testing.T) {
+	tg := redistest.New(t)
+	tm := newTelemetry(t)
+	dead := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, DialerRetries: 1})
+	defer dead.Close()
+	ctx, span := tm.tracer.Start(context.Background(), "job")
+	for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
+		l, err := throttle.New(dead, "down-"+failure.String(), throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5},
+			throttle.WithFailurePolicy(failure), throttle.WithObserver(tm.inst), throttle.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = l.Allow(ctx, "k")
+	}
+	cached := newLimiter(t, tg, "cached", throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1}, throttle.WithDenyCache(16), throttle.WithObserver(tm.inst))
+	for range 3 {
+		_, _ = cached.Allow(ctx, "k") // admitted, throttled by Redis, throttled by the cache
+	}
+	span.End()
+
+	var outcomes []string
+	for _, e := range events(tm.ended("job")[0], "throttle.decision") {
+		o, _ := attr(e.Attributes, "jobthrottle.outcome")
+		et, _ := attr(e.Attributes, "error.type")
+		c, _ := attr(e.Attributes, "jobthrottle.cached")
+		outcomes = append(outcomes, o.AsString()+"/"+et.AsString()+"/"+c.String())
+	}
+	if got, want := strings.Join(outcomes, " "), "error/unavailable/ degraded/unavailable/ admitted// throttled// throttled//true"; got != want {
+		t.Errorf("decision events %s, want %s", got, want)
+	}
+	got := tm.metrics(t)
+	for k, v := range map[string]float64{
+		"jobthrottle.redis.errors{jobthrottle.limiter.name=down-fail-closed}":                                                                                    1,
+		"jobthrottle.redis.errors{jobthrottle.limiter.name=down-fail-open}":                                                                                      1,
+		"jobthrottle.deny_cache.hits{jobthrottle.limiter.name=cached}":                                                                                           1,
+		"jobthrottle.decisions{jobthrottle.limiter.name=down-fail-open,jobthrottle.operation=allow,jobthrottle.outcome=degraded,jobthrottle.policy.source=code}": 1,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, ok := got["jobthrottle.redis.errors{jobthrottle.limiter.name=cached}"]; ok {
+		t.Errorf("redis.errors counted for a limiter whose Redis answered")
 	}
 }
