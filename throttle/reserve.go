@@ -279,7 +279,9 @@ func (r *Reservation) Wait(ctx context.Context) error {
 	if err != nil {
 		_ = r.Cancel(ctx)
 	}
-	r.limiter.observeWait(ctx, r.key, r.n, start, err)
+	if r.limiter != nil {
+		r.limiter.observeWait(ctx, r.key, r.n, start, err)
+	}
 	return err
 }
 
