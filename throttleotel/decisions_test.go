@@ -193,7 +193,7 @@ func TestNoSpanNoTrace(t *testing.T) {
 
 	// A limit of one an hour: the Wait's slot is far off; its context
 	// ends it after 50 ms, and its span says so.
-	slow := newLimiter(t, tg, "slow", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithObserver(tm.inst))
+	slow := newLimiter(t, tg, "slow", throttle.SlidingLog{Limit: 1, Window: time.Hour}, throttle.WithObserver(tm.inst))
 	_ = slow.Wait(context.Background(), "k")
 	ctx, span := tm.tracer.Start(context.Background(), "job")
 	cancelled, cancel := context.WithCancel(ctx)

@@ -172,7 +172,7 @@ func ExampleInstrumentation_MiddlewareOption() {
 		fmt.Println(err)
 		return
 	}
-	limiter, err := throttle.New(rdb, "inbound", throttle.FixedWindow{Limit: 1, Window: time.Minute})
+	limiter, err := throttle.New(rdb, "inbound", throttle.SlidingLog{Limit: 1, Window: time.Minute})
 	if err != nil {
 		fmt.Println(err)
 		return

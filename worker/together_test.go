@@ -127,7 +127,7 @@ func TestTogetherGivesBackOnRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	window, err := throttle.New(client, "window", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	window, err := throttle.New(client, "window", throttle.SlidingLog{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
