@@ -120,6 +120,11 @@ const pauseWithin = 10 * time.Second
 // connections on the switch: both take the defaults.
 const frozenReadTimeout = time.Second
 
+// recoveredWithin bounds how long after the fault every task has run: the
+// longest asynq takes to bring back a task whose run a promotion forgot
+// (134 s, see fleetFailover), and 16 s more.
+const recoveredWithin = 150 * time.Second
+
 // TestAsynqFleetThroughFailover: two asynq servers (each its own client,
 // limiter and Throttler, a rule of 20/s per tenant) work through 240 tasks
 // while the master that holds asynq's queue is faultAt or frozen, on a
@@ -178,10 +183,31 @@ func fleetFailover(t *testing.T, topo, fault string) {
 		}
 		return seen
 	}
-	// asynq's recoverer looks for tasks whose lease ran out once a
-	// minute, and a lease is 30 s: a task whose run the promotion
-	// forgot can take 90 s to come back.
-	waitUntil(t, 120*time.Second, "not every task ran", func() bool { return len(ran()) == tasks })
+	// A task whose run the promotion forgot is asynq's to bring back: its
+	// lease runs out up to 30 s after the fault, asynq's recoverer looks
+	// for such tasks once a minute, and retries them after its
+	// DefaultRetryDelayFunc's delay, 15-44 s for a first retry: up to
+	// 134 s. (Waiting 120 s, a run on a frozen Cluster master failed.)
+	deadline := time.Now().Add(recoveredWithin)
+	for len(ran()) < tasks {
+		if time.Now().After(deadline) {
+			seen := ran()
+			var missing []string
+			for _, id := range ids {
+				if seen[id] == 0 {
+					state := "unknown"
+					if info, err := f.inspector.GetTaskInfo(f.queue, id); err == nil {
+						state = fmt.Sprintf("%s, retried %d, next at %s", info.State, info.Retried, info.NextProcessAt.Format(time.TimeOnly))
+					} else {
+						state = err.Error()
+					}
+					missing = append(missing, id+" ("+state+")")
+				}
+			}
+			t.Fatalf("after %s: %d of %d tasks ran; not run: %s", recoveredWithin, len(seen), tasks, strings.Join(missing, "; "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	done := time.Since(faultAt)
 	seen := ran()
 	again := 0
