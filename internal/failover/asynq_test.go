@@ -137,11 +137,13 @@ const recoveryDelay = time.Second
 
 // TestAsynqFleetThroughFailover: two asynq servers (each its own client,
 // limiter and Throttler, a rule of 20/s per tenant) work through 240 tasks
-// while the master that holds asynq's queue is faultAt or frozen, on a
+// while the master that holds asynq's queue is killed or frozen, on a
 // Cluster and behind Sentinels. Every task runs (once, or again by asynq's
 // own recovery: a promotion can lose the record of a task's run), none is
 // archived, and the fleet goes on within pauseWithin, with no restart.
+// It runs beside TestFailover, each on servers of its own.
 func TestAsynqFleetThroughFailover(t *testing.T) {
+	t.Parallel() // beside TestFailover: a fleet that asynq's recovery keeps waiting for up to 2 min
 	for _, topo := range []string{"cluster", "sentinel"} {
 		for _, fault := range []string{"kill", "freeze"} {
 			t.Run(topo+"/"+fault, func(t *testing.T) { fleetFailover(t, topo, fault) })

@@ -67,6 +67,7 @@ func sentinelSetup(t *testing.T) setup {
 // admissions the promotion may lose); a frozen master rejoins as a
 // replica.
 func TestFailover(t *testing.T) {
+	t.Parallel() // beside TestAsynqFleetThroughFailover, which mostly waits
 	for _, topo := range []string{"cluster", "sentinel"} {
 		for _, fault := range []string{"kill", "freeze"} {
 			t.Run(topo+"/"+fault, func(t *testing.T) {

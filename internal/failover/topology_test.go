@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -131,10 +132,23 @@ func (n *node) role(t testing.TB) string {
 	return s
 }
 
+// handedOut holds the ports freePort returned, so that tests running side
+// by side never get the same one before its server listens.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // freePort returns a loopback port nothing listens on, nor on the port
-// 10000 above it (a Cluster node's bus).
+// 10000 above it (a Cluster node's bus), and that it has not returned
+// before.
 func freePort(t testing.TB) int {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -142,7 +156,7 @@ func freePort(t testing.TB) int {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		if port+10000 > 65535 {
+		if port+10000 > 65535 || handedOut.ports[port] || handedOut.ports[port+10000] {
 			continue
 		}
 		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
@@ -150,6 +164,7 @@ func freePort(t testing.TB) int {
 			continue
 		}
 		bus.Close()
+		handedOut.ports[port], handedOut.ports[port+10000] = true, true
 		return port
 	}
 	t.Fatal("no free port")
