@@ -32,6 +32,7 @@ func ExampleScripts() {
 	// assembled/concurrency.lua
 	// assembled/fixed_window.lua
 	// assembled/leaky_bucket.lua
+	// assembled/lease.lua
 	// assembled/meter.lua
 	// assembled/meter_booking.lua
 	// assembled/meter_claim.lua

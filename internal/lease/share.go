@@ -1,0 +1,96 @@
+package lease
+
+import "sync"
+
+// Share is a process's side of one key's lease: a token bucket at the
+// granted rate and burst that decides in memory until the lease ends
+// locally, and the count of units asked that tells Redis the process's
+// demand. Times are nanoseconds on the process's monotonic clock (see
+// [Clock]). The zero value holds no lease. A Share is safe for concurrent
+// use.
+type Share struct {
+	mu     sync.Mutex
+	perNs  float64 // granted units per nanosecond
+	burst  float64
+	tokens float64
+	last   int64 // when tokens were last brought up to date
+	end    int64 // when the lease ends here: its request's sending plus the lease
+	asked  float64
+	since  int64
+}
+
+// Take decides n units at now. held is false when no lease is in force
+// (the caller decides elsewhere); ok is whether the units were admitted.
+// Every call counts in the demand, held or not. Take allocates nothing.
+func (s *Share) Take(now int64, n float64) (ok, held bool) {
+	s.mu.Lock()
+	s.asked += n
+	if now < s.end {
+		held = true
+		s.settle(now)
+		if s.tokens >= n {
+			s.tokens -= n
+			ok = true
+		}
+	}
+	s.mu.Unlock()
+	return ok, held
+}
+
+// settle refills the tokens up to now, never past the lease's end. The
+// caller holds mu.
+func (s *Share) settle(now int64) {
+	now = min(now, s.end)
+	if now > s.last {
+		s.tokens = min(s.burst, s.tokens+float64(now-s.last)*s.perNs)
+		s.last = now
+	}
+}
+
+// Apply puts g in force at now; sent is when its request was sent. The
+// tokens are kept (cut to g's burst) while the lease in force has not
+// ended; a lease that ended leaves none, as Redis counted nothing since.
+// A grant of nothing ends the lease at once.
+func (s *Share) Apply(g Grant, sent, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now < s.end {
+		s.settle(now)
+	} else {
+		s.tokens = 0
+	}
+	if g.Rate <= 0 || g.Burst <= 0 {
+		s.perNs, s.burst, s.tokens, s.end = 0, 0, 0, 0
+		return
+	}
+	s.perNs, s.burst = g.Rate/1e9, g.Burst
+	s.tokens, s.last = min(s.tokens, g.Burst), now
+	s.end = sent + g.Lease.Nanoseconds()
+}
+
+// Stop ends the lease here at once (before its share is released).
+func (s *Share) Stop() {
+	s.mu.Lock()
+	s.perNs, s.burst, s.tokens, s.end = 0, 0, 0, 0
+	s.mu.Unlock()
+}
+
+// Held reports whether a lease is in force at now, and until when.
+func (s *Share) Held(now int64) (bool, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now < s.end, s.end
+}
+
+// Demand returns the units per second asked since the last call (or the
+// first Take) and starts counting again.
+func (s *Share) Demand(now int64) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := 0.0
+	if now > s.since && s.since > 0 {
+		d = s.asked * 1e9 / float64(now-s.since)
+	}
+	s.asked, s.since = 0, now
+	return d
+}

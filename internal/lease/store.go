@@ -1,0 +1,171 @@
+// Package lease leases shares of a key's rate to processes, so that each
+// decides within its share in memory, with no Redis call, while the
+// shares and what Redis decides for everyone else never add up to more
+// than the policy allows. lua/lease.lua keeps the shares and decides the
+// rest; [Share] is a process's side of one key's lease.
+//
+// How the envelope holds. A grant is a rate and a burst, counted in Redis
+// from the moment the script makes it to its lease's end (a lowered grant's
+// predecessor until the old end). A [Share] starts empty, refills at its
+// grant's rate up to its burst, and stops deciding at the moment its
+// request was sent plus the lease, before Redis stops counting it. So at
+// every instant the shares in use are at most the grants counted, and
+// these with the rest at most the policy's rate and burst.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/scripts"
+	"github.com/jobthrottle/jobthrottle/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// Policy is the rate and burst a key's grants and rest share.
+type Policy struct {
+	Rate  float64 // units per second, > 0
+	Burst int     // units, >= 1
+}
+
+func (p Policy) args() (string, string) {
+	return strconv.FormatFloat(p.Rate, 'g', -1, 64), strconv.Itoa(p.Burst)
+}
+
+// Grant is what Redis granted a holder: a rate and a burst for a lease.
+// A zero Rate means nothing was granted.
+type Grant struct {
+	Rate  float64       // units per second
+	Burst float64       // units
+	Lease time.Duration // from the moment Redis made it
+	At    time.Time     // Redis's clock when it made it
+}
+
+// Decision is the rest's answer to a request of units.
+type Decision struct {
+	Allowed    bool
+	Remaining  int
+	RetryAfter time.Duration
+	At         time.Time // Redis's clock when it decided
+}
+
+// Holder is one holder's grant as Redis counts it.
+type Holder struct {
+	ID                        string
+	Rate, Burst               float64 // granted
+	Ends                      time.Time
+	CountedRate, CountedBurst float64 // counted now (a lowered grant's predecessor included)
+	Demand                    float64 // units per second, as it last said
+}
+
+// State is a key's leases as Redis holds them at a moment.
+type State struct {
+	At                  time.Time
+	RestRate, RestBurst float64 // what the grants leave
+	RestTokens          float64
+	RestDemand          float64 // units per second asked of the rest, last measured
+	Holders             []Holder
+}
+
+// Modes of lua/lease.lua.
+const (
+	modeTakeRest = 0
+	modeGrant    = 1
+	modeRelease  = 2
+	modeRead     = 3
+)
+
+var script = scripts.Load(lua.Scripts, "assembled/lease.lua")
+
+// ErrBadReply is a reply of lua/lease.lua this package cannot read.
+var ErrBadReply = errors.New("throttle: unexpected reply from the lease script")
+
+// Store runs lua/lease.lua on a client. It is safe for concurrent use.
+type Store struct {
+	client redis.Scripter
+}
+
+// NewStore returns a Store on client.
+func NewStore(client redis.Scripter) *Store { return &Store{client: client} }
+
+// Ask is a holder's request for a share.
+type Ask struct {
+	Demand     float64       // units per second it wants
+	RestDemand float64       // units per second it asked of the rest since its last Grant
+	Lease      time.Duration // how long the share is to last
+	Least      float64       // a share whose burst would be below this many units is not granted
+}
+
+// Grant asks for holder's share of key's rate. Nothing granted is a Grant
+// whose Rate is 0; the holder's demand is kept for the lease all the same,
+// so that the others' renewals leave it room.
+func (s *Store) Grant(ctx context.Context, key, holder string, p Policy, a Ask) (Grant, error) {
+	rate, burst := p.args()
+	v, err := script.Run(ctx, s.client, []string{key}, modeGrant, rate, burst, holder,
+		strconv.FormatFloat(a.Demand, 'g', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'g', -1, 64),
+		strconv.FormatFloat(a.RestDemand, 'g', -1, 64)).Slice()
+	if err != nil {
+		return Grant{}, err
+	}
+	if len(v) != 4 {
+		return Grant{}, fmt.Errorf("%w: %v", ErrBadReply, v)
+	}
+	g := Grant{Rate: decimal(v[0]), Burst: decimal(v[1])}
+	us, _ := v[2].(int64)
+	now, _ := v[3].(int64)
+	g.Lease, g.At = time.Duration(us)*time.Microsecond, time.UnixMicro(now)
+	return g, nil
+}
+
+// Release gives holder's share of key back at once. The holder must have
+// stopped deciding under it.
+func (s *Store) Release(ctx context.Context, key, holder string, p Policy) error {
+	rate, burst := p.args()
+	return script.Run(ctx, s.client, []string{key}, modeRelease, rate, burst, holder).Err()
+}
+
+// TakeRest asks the rest (what the grants leave) for n units.
+func (s *Store) TakeRest(ctx context.Context, key string, p Policy, n int) (Decision, error) {
+	rate, burst := p.args()
+	v, err := script.Run(ctx, s.client, []string{key}, modeTakeRest, rate, burst, n).Int64Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(v) != 4 {
+		return Decision{}, fmt.Errorf("%w: %v", ErrBadReply, v)
+	}
+	return Decision{Allowed: v[0] == 1, Remaining: int(v[1]), RetryAfter: time.Duration(v[2]) * time.Microsecond, At: time.UnixMicro(v[3])}, nil
+}
+
+// Read returns key's leases as Redis holds them now; it writes nothing.
+func (s *Store) Read(ctx context.Context, key string, p Policy) (State, error) {
+	rate, burst := p.args()
+	v, err := script.Run(ctx, s.client, []string{key}, modeRead, rate, burst).Slice()
+	if err != nil {
+		return State{}, err
+	}
+	if len(v) < 5 || (len(v)-5)%7 != 0 {
+		return State{}, fmt.Errorf("%w: %v", ErrBadReply, v)
+	}
+	now, _ := v[0].(int64)
+	st := State{At: time.UnixMicro(now), RestRate: decimal(v[1]), RestBurst: decimal(v[2]), RestTokens: decimal(v[3]), RestDemand: decimal(v[4])}
+	for i := 5; i < len(v); i += 7 {
+		id, _ := v[i].(string)
+		ends, _ := v[i+3].(int64)
+		st.Holders = append(st.Holders, Holder{
+			ID: id, Rate: decimal(v[i+1]), Burst: decimal(v[i+2]), Ends: time.UnixMicro(ends),
+			CountedRate: decimal(v[i+4]), CountedBurst: decimal(v[i+5]), Demand: decimal(v[i+6]),
+		})
+	}
+	return st, nil
+}
+
+// decimal reads a decimal string of the script's reply (0 if it is not).
+func decimal(v any) float64 {
+	s, _ := v.(string)
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
