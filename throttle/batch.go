@@ -35,6 +35,19 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	if l.shares != nil {
+		// Each request is decided under this process's share when it
+		// holds one.
+		results := make([]Result, len(requests))
+		for i, req := range requests {
+			r, err := l.shares.allow(ctx, l, req.Key, req.N)
+			if err != nil {
+				return nil, fmt.Errorf("request %d: %w", i, err)
+			}
+			results[i] = r
+		}
+		return results, nil
+	}
 	if l.spec.calendar != nil || l.cfg.acks > 0 {
 		// A quota's periods may need asking twice (see runTicket), and a
 		// decision that waits for replicas waits for its own writes: one

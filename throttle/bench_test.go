@@ -111,3 +111,71 @@ func BenchmarkContext(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLeasedAllow measures a decision made in memory under a leased
+// share (WithLeasedShares), at 1 and 8 goroutines, once this process holds
+// its share, admitted or not (the share follows the demand it measured
+// before, far below the benchmark's). It reports the Redis calls per
+// decision (renewals, every half lease, off the decision path) and the
+// decisions Redis made (a share not renewed in time).
+func BenchmarkLeasedAllow(b *testing.B) {
+	for _, procs := range []int{1, 8} {
+		b.Run("goroutines-"+strconv.Itoa(procs), func(b *testing.B) {
+			tg := redistest.New(b)
+			client := tg.NewClient(b)
+			counter := &commandCounter{count: map[string]int{}}
+			client.AddHook(counter)
+			l, err := throttle.New(client, "l", throttle.GCRA{Rate: throttle.PerSecond(100_000_000), Burst: 1_000_000},
+				throttle.WithPrefix(tg.Prefix), throttle.WithLeasedShares(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			ctx := context.Background()
+			// Ask until the share is granted (the demand is seen within a
+			// lease).
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				r, err := l.Allow(ctx, "k")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r.Leased {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatal("no share granted within 5 s")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			counted := func() int {
+				counter.mu.Lock()
+				defer counter.mu.Unlock()
+				n := 0
+				for _, c := range counter.count {
+					n += c
+				}
+				return n
+			}
+			before := counted()
+			b.SetParallelism(procs)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var inRedis atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r, err := l.Allow(ctx, "k")
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if !r.Leased {
+						inRedis.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(counted()-before)/float64(b.N), "redis-calls/op")
+			b.ReportMetric(float64(inRedis.Load())/float64(b.N), "decided-in-redis/op")
+		})
+	}
+}

@@ -203,3 +203,27 @@ func ExampleConcurrencyLimiter_Acquire() {
 	// export 2: running, 0 slot(s) left
 	// export 3: busy, the oldest lease runs out in 30s
 }
+
+// A limiter that decides most requests in the process: each process that
+// asks a key often is granted a share of its rate for a lease, renewed in
+// the background, and decides within it without a Redis call. The fleet
+// stays within the policy. (Not run: shares follow real time.)
+func ExampleWithLeasedShares() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	ctx := context.Background()
+
+	limiter, err := throttle.New(client, "search-api", throttle.GCRA{Rate: throttle.PerSecond(5000), Burst: 500},
+		throttle.WithLeasedShares(0)) // leases of 1.5 s
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer limiter.Close(ctx) // gives this process's shares back
+
+	r, err := limiter.Allow(ctx, "all")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(r.Allowed, r.Leased) // Leased: decided in memory, under this process's share
+}

@@ -40,7 +40,11 @@ const roomLifetime = 24 * time.Hour
 func init() {
 	gate.Meter = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)
-		return ok && l.spec.reservable
+		return ok && l.spec.reservable && l.shares == nil
+	}
+	gate.Leased = func(limiter any) bool {
+		l, ok := limiter.(*Limiter)
+		return ok && l.shares != nil
 	}
 	gate.Changeable = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)

@@ -32,6 +32,8 @@ type Limiter struct {
 	// skew is how far Redis's clock was seen ahead of this process's, in
 	// µs: a Quota's periods are computed around the Redis time it implies.
 	skew atomic.Int64
+	// shares: nil unless WithLeasedShares
+	shares *shares
 }
 
 // New returns the Limiter called name that applies p through client,
@@ -60,6 +62,7 @@ type Limiter struct {
 //	WithPlan(f)            none          the policy of each caller key
 //	WithLogger(l)          slog.Default  where Redis failures are logged
 //	WithKeyHashing(over)   off           store long caller keys by hash
+//	WithLeasedShares(d)    off           decide in memory from leased shares
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*Limiter, error) {
@@ -74,7 +77,13 @@ func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
+	if c.cfg.lease > 0 && !sp.reservable {
+		return nil, fmt.Errorf("%w: WithLeasedShares applies to TokenBucket and GCRA, not %s", ErrInvalidOption, kindName(sp.kind))
+	}
 	l := &Limiter{conn: c, spec: *sp, id: name + "@" + sp.kind}
+	if c.cfg.lease > 0 {
+		l.shares = newShares(l, c.cfg.lease)
+	}
 	l.register(keyspace.Entry{Policy: sp.form, Live: c.cfg.live})
 	if c.cfg.live {
 		l.live = newLive(c.cfg.prefix, name, sp.kind)
@@ -159,9 +168,26 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // [ErrExceedsLimit]; when Redis cannot answer, the failure policy decides.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	start := l.began()
-	r, err := l.decide(ctx, modeTake, key, n)
+	var r Result
+	var err error
+	if l.shares != nil {
+		r, err = l.shares.allow(ctx, l, key, n)
+	} else {
+		r, err = l.decide(ctx, modeTake, key, n)
+	}
 	l.observe(ctx, OpAllow, key, n, start, r, err)
 	return r, err
+}
+
+// Close gives back the shares this process holds (WithLeasedShares) and
+// stops renewing them; decisions after Close fail. A Limiter without
+// leased shares holds nothing: Close does nothing and returns nil. It
+// waits for the renewal under way, within ctx.
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.shares == nil {
+		return nil
+	}
+	return l.shares.close(ctx, l)
 }
 
 // Peek reports what Allow would decide for key now, without consuming
@@ -170,7 +196,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 // error wrapping [ErrUnavailable].
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	start := l.began()
-	r, err := l.decide(ctx, modePeek, key, 1)
+	var r Result
+	var err error
+	if l.shares != nil {
+		r, err = l.shares.peek(ctx, l, key)
+	} else {
+		r, err = l.decide(ctx, modePeek, key, 1)
+	}
 	l.observe(ctx, OpPeek, key, 1, start, r, err)
 	return r, err
 }
@@ -186,8 +218,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.denied != nil {
 		l.denied.forget(key)
 	}
+	if l.shares != nil {
+		l.shares.dropLocal(key)
+	}
 	state := l.Key(key)
-	return l.del(ctx, state, blockKey(state), state+keyspace.TicketsSuffix,
+	return l.del(ctx, state, blockKey(state), state+keyspace.TicketsSuffix, state+sharesSuffix,
 		state+startsSuffix, state+roomSuffix, state+waitersSuffix, state+flowsSuffix, state+heldSuffix, state+asideSuffix,
 		state+dispatcherSuffix)
 }
@@ -203,7 +238,7 @@ func (l *Limiter) Unblock(ctx context.Context, key string) error {
 	if err != nil || left <= 0 {
 		return err
 	}
-	if l.spec.reservable {
+	if l.spec.reservable && l.shares == nil {
 		return l.Reset(ctx, key)
 	}
 	if l.denied != nil {
@@ -229,7 +264,13 @@ func (l *Limiter) BlockFor(ctx context.Context, key string, d time.Duration) err
 	}
 	var left time.Duration
 	var err error
-	if l.spec.reservable {
+	if l.shares != nil {
+		// The block is beside the shares: the rest admits nothing and no
+		// share is granted while it holds; this process stops deciding
+		// under its share now, the others at their next renewal.
+		l.shares.dropLocal(key)
+	}
+	if l.spec.reservable && l.shares == nil {
 		// The meters keep the block in their instant, so that decisions
 		// need not look it up.
 		var r reply

@@ -86,6 +86,9 @@ type Decision struct {
 	// Cached reports a rejection answered from the deny cache, without
 	// Redis.
 	Cached bool
+	// Leased reports a decision made in this process under its leased
+	// share of the key's rate (WithLeasedShares), without Redis.
+	Leased bool
 	// RetryAfter is, for a Throttled decision, how long until the request
 	// could be admitted (the Result's RetryAfter); zero otherwise.
 	RetryAfter time.Duration
@@ -220,7 +223,7 @@ func (c *conn) observe(ctx context.Context, op Op, key string, n int, start time
 	if c.cfg.observer == nil && err == nil && !r.Degraded {
 		return
 	}
-	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached}
+	d := Decision{Limiter: c.cfg.name, Op: op, Key: key, N: n, Err: err, Cached: r.Cached, Leased: r.Leased}
 	switch {
 	case r.policy != nil:
 		d.Policy, d.PolicySource = r.policy.form, r.policy.source

@@ -42,6 +42,8 @@ type config struct {
 	// acks and acksTimeout: WithReplicaAcks (0: off)
 	acks        int
 	acksTimeout time.Duration
+	// lease: WithLeasedShares (0: off)
+	lease time.Duration
 }
 
 // defaultCoalescing is how many concurrent decisions may share a round

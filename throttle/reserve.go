@@ -78,6 +78,9 @@ const maxReserveDelay = maxSpan
 // negative maxDelay fails with [ErrInvalidDelay]. When Redis cannot answer,
 // the failure policy decides: [FailOpen] grants a Degraded reservation.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, maxDelay time.Duration) (*Reservation, error) {
+	if l.shares != nil {
+		return nil, fmt.Errorf("%w: Reserve on a limiter with leased shares (WithLeasedShares)", ErrNotSupported)
+	}
 	return l.reserve(ctx, key, ticket{}, n, maxDelay)
 }
 

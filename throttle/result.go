@@ -36,6 +36,11 @@ type Result struct {
 	// that rejection and Remaining is 0.
 	Cached bool
 
+	// Leased reports a decision made in this process under its share of
+	// the key's rate ([WithLeasedShares]), without Redis. Remaining,
+	// RetryAfter and ResetAfter are those of the share.
+	Leased bool
+
 	// serverTime is the Redis clock, in Unix microseconds, at which the
 	// script decided; 0 when Degraded.
 	serverTime int64

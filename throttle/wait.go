@@ -20,14 +20,15 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 // On [TokenBucket] and [GCRA] WaitN books a slot with [Limiter.Reserve]
 // and sleeps until it: one call to Redis, and many waiters on one key start
 // one after another at the policy's rate. On the other policies it sleeps
-// for each rejection's RetryAfter and asks again. Errors are those of
+// for each rejection's RetryAfter and asks again, as it does with
+// [WithLeasedShares]. Errors are those of
 // AllowN and Reserve; under [FailOpen] an outage lets the caller through.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("throttle: wait abandoned: %w", err)
 	}
 	deadline, bounded := ctx.Deadline()
-	if l.spec.reservable {
+	if l.spec.reservable && l.shares == nil {
 		maxDelay := maxReserveDelay
 		if bounded {
 			maxDelay = max(0, time.Until(deadline))

@@ -95,6 +95,9 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: rule %q has no key: say what it counts with KeyBy, such as "+
 			"KeyBy(ByPayloadField(\"tenant_id\")) for a limit per tenant, KeyBy(Constant(\"all\")) for one limit "+
 			"over all its tasks, KeyBy(ByType()) for one per task type", ErrInvalidRule, r.name)
+	case r.limiter != nil && gate.Leased(r.limiter):
+		return fmt.Errorf("%w: rule %q: its limiter decides from leased shares (throttle.WithLeasedShares), "+
+			"which the worker does not take yet; give the rule a limiter without them", ErrInvalidRule, r.name)
 	case r.fair != nil && (r.limiter == nil || !gate.Meter(r.limiter)):
 		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
 	case r.cost != nil && r.conc != nil:

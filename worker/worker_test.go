@@ -19,6 +19,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 	limiter, _ := throttle.New(tg.Client, "limiter", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1})
 	window, _ := throttle.New(tg.Client, "window", throttle.FixedWindow{Limit: 1, Window: time.Second})
 	capped, _ := throttle.NewConcurrencyLimiter(tg.Client, "capped", throttle.Concurrency{Limit: 1, Lease: time.Second})
+	leased, _ := throttle.New(tg.Client, "leased", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}, throttle.WithLeasedShares(0))
 	good := worker.Rate("ok", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))
 	fair := func(name string, m worker.Matcher) worker.Rule {
 		return worker.Rate(name, m, limiter, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByType()))
@@ -42,6 +43,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 		"nil weights":   {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(worker.ByType()), worker.Weights(nil), worker.KeyBy(worker.ByType()))},
 		"no key":        {worker.Rate("r", worker.AnyTask(), limiter)},
 		"no cap key":    {worker.Concurrency("r", worker.AnyTask(), capped)},
+		"leased shares": {worker.Rate("r", worker.AnyTask(), leased, worker.KeyBy(worker.ByType()))},
 		// A task waits in one rule's room: two rules that share fairly
 		// and may match one task cannot both hold.
 		"two fair":         {fair("a", worker.AnyTask()), fair("b", worker.Type("x"))},

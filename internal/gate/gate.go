@@ -249,6 +249,10 @@ type Ticket struct {
 var (
 	// Meter reports whether limiter is a meter the functions below serve.
 	Meter func(limiter any) bool
+
+	// Leased reports whether limiter decides from leased shares
+	// (throttle.WithLeasedShares), which the worker does not serve.
+	Leased func(limiter any) bool
 	// Changeable reports whether limiter's policy may change while tasks
 	// wait for it (a named limiter reads stored policies): its tasks then
 	// wait in its room, released at the policy in force, rather than

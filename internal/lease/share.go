@@ -19,22 +19,46 @@ type Share struct {
 	since  int64
 }
 
-// Take decides n units at now. held is false when no lease is in force
-// (the caller decides elsewhere); ok is whether the units were admitted.
-// Every call counts in the demand, held or not. Take allocates nothing.
-func (s *Share) Take(now int64, n float64) (ok, held bool) {
+// Local is a decision a Share made in memory.
+type Local struct {
+	Held bool // a lease was in force: the decision is the Share's
+	OK   bool // the units were admitted
+	// Tokens left after the decision, and the share's rate (units per
+	// second) and burst: what a caller needs to say when to come back.
+	Tokens, Rate, Burst float64
+}
+
+// Take decides n units at now. A Local that is not Held means no lease is
+// in force: the caller decides elsewhere. Every call counts in the demand,
+// held or not. Take allocates nothing.
+func (s *Share) Take(now int64, n float64) Local {
+	var d Local
 	s.mu.Lock()
 	s.asked += n
 	if now < s.end {
-		held = true
+		d.Held = true
 		s.settle(now)
 		if s.tokens >= n {
 			s.tokens -= n
-			ok = true
+			d.OK = true
 		}
+		d.Tokens, d.Rate, d.Burst = s.tokens, s.perNs*1e9, s.burst
 	}
 	s.mu.Unlock()
-	return ok, held
+	return d
+}
+
+// Peek reports what Take would decide for n units at now, consuming
+// nothing and counting nothing.
+func (s *Share) Peek(now int64, n float64) Local {
+	var d Local
+	s.mu.Lock()
+	if now < s.end {
+		s.settle(now)
+		d = Local{Held: true, OK: s.tokens >= n, Tokens: s.tokens, Rate: s.perNs * 1e9, Burst: s.burst}
+	}
+	s.mu.Unlock()
+	return d
 }
 
 // settle refills the tokens up to now, never past the lease's end. The

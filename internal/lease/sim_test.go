@@ -85,7 +85,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 	res := simResult{byPhase: make([]int, len(cfg.phases)), askedIn: make([]int, len(cfg.phases)), grants: map[string]string{}}
 	start := time.Unix(1_800_000_000, 0)
 	const step = time.Millisecond
-	key := "lease:sim"
+	key := Keys{State: "lease:{sim}", Block: "lease:{sim}:block"}
 	setClock := func(at time.Duration) {
 		m.SetTime(start.Add(at))
 	}
@@ -155,8 +155,9 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 				if secondHalf {
 					res.askedIn[ph]++
 				}
-				ok, held := shares[proc].Take(ns, 1)
-				if !held {
+				local := shares[proc].Take(ns, 1)
+				ok := local.OK
+				if !local.Held {
 					dec, err := store.TakeRest(ctx, key, cfg.policy, 1)
 					if err != nil {
 						t.Fatal(err)
@@ -164,7 +165,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 					res.calls++
 					restAsked[proc]++
 					ok = dec.Allowed
-				} else if ok {
+				} else if local.OK {
 					res.local++
 				}
 				if ok {

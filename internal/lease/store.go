@@ -25,6 +25,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Keys are a key's two Redis keys, in one Cluster slot: its lease state
+// and its block (see Limiter.BlockFor).
+type Keys struct {
+	State, Block string
+}
+
+func (k Keys) list() []string { return []string{k.State, k.Block} }
+
 // Policy is the rate and burst a key's grants and rest share.
 type Policy struct {
 	Rate  float64 // units per second, > 0
@@ -32,7 +40,7 @@ type Policy struct {
 }
 
 func (p Policy) args() (string, string) {
-	return strconv.FormatFloat(p.Rate, 'g', -1, 64), strconv.Itoa(p.Burst)
+	return strconv.FormatFloat(p.Rate, 'f', -1, 64), strconv.Itoa(p.Burst)
 }
 
 // Grant is what Redis granted a holder: a rate and a burst for a lease.
@@ -99,14 +107,14 @@ type Ask struct {
 	Least      float64       // a share whose burst would be below this many units is not granted
 }
 
-// Grant asks for holder's share of key's rate. Nothing granted is a Grant
+// Grant asks for holder's share of the key's rate. Nothing granted is a Grant
 // whose Rate is 0; the holder's demand is kept for the lease all the same,
 // so that the others' renewals leave it room.
-func (s *Store) Grant(ctx context.Context, key, holder string, p Policy, a Ask) (Grant, error) {
+func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a Ask) (Grant, error) {
 	rate, burst := p.args()
-	v, err := script.Run(ctx, s.client, []string{key}, modeGrant, rate, burst, holder,
-		strconv.FormatFloat(a.Demand, 'g', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'g', -1, 64),
-		strconv.FormatFloat(a.RestDemand, 'g', -1, 64)).Slice()
+	v, err := script.Run(ctx, s.client, k.list(), modeGrant, rate, burst, holder,
+		strconv.FormatFloat(a.Demand, 'f', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'f', -1, 64),
+		strconv.FormatFloat(a.RestDemand, 'f', -1, 64)).Slice()
 	if err != nil {
 		return Grant{}, err
 	}
@@ -120,17 +128,17 @@ func (s *Store) Grant(ctx context.Context, key, holder string, p Policy, a Ask) 
 	return g, nil
 }
 
-// Release gives holder's share of key back at once. The holder must have
+// Release gives holder's share of the key back at once. The holder must have
 // stopped deciding under it.
-func (s *Store) Release(ctx context.Context, key, holder string, p Policy) error {
+func (s *Store) Release(ctx context.Context, k Keys, holder string, p Policy) error {
 	rate, burst := p.args()
-	return script.Run(ctx, s.client, []string{key}, modeRelease, rate, burst, holder).Err()
+	return script.Run(ctx, s.client, k.list(), modeRelease, rate, burst, holder).Err()
 }
 
 // TakeRest asks the rest (what the grants leave) for n units.
-func (s *Store) TakeRest(ctx context.Context, key string, p Policy, n int) (Decision, error) {
+func (s *Store) TakeRest(ctx context.Context, k Keys, p Policy, n int) (Decision, error) {
 	rate, burst := p.args()
-	v, err := script.Run(ctx, s.client, []string{key}, modeTakeRest, rate, burst, n).Int64Slice()
+	v, err := script.Run(ctx, s.client, k.list(), modeTakeRest, rate, burst, n).Int64Slice()
 	if err != nil {
 		return Decision{}, err
 	}
@@ -140,10 +148,11 @@ func (s *Store) TakeRest(ctx context.Context, key string, p Policy, n int) (Deci
 	return Decision{Allowed: v[0] == 1, Remaining: int(v[1]), RetryAfter: time.Duration(v[2]) * time.Microsecond, At: time.UnixMicro(v[3])}, nil
 }
 
-// Read returns key's leases as Redis holds them now; it writes nothing.
-func (s *Store) Read(ctx context.Context, key string, p Policy) (State, error) {
+// Read returns the key's leases as Redis holds them now; it writes
+// nothing.
+func (s *Store) Read(ctx context.Context, k Keys, p Policy) (State, error) {
 	rate, burst := p.args()
-	v, err := script.Run(ctx, s.client, []string{key}, modeRead, rate, burst).Slice()
+	v, err := script.Run(ctx, s.client, k.list(), modeRead, rate, burst).Slice()
 	if err != nil {
 		return State{}, err
 	}

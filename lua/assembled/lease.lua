@@ -43,6 +43,17 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- blocked_for returns how long the block at key (KEYS[2] of the window
+-- scripts and the leaky bucket, see block.lua) still holds, in
+-- microseconds; 0 if none.
+local function blocked_for(key, now)
+  local until_us = redis.call('GET', key)
+  if until_us then
+    return math.max(0, tonumber(until_us) - now)
+  end
+  return 0
+end
+
 
 -- lease.lua: shares of a key's rate leased to processes, which decide
 -- within their share in memory, and the rest of the rate, which this script
@@ -76,6 +87,8 @@ end
 --                       counted until prev_end after a renewal lowered it;
 --                       rest_demand what it asked of the rest, units per
 --                       second
+-- KEYS[2]  the key's block (Limiter.BlockFor, see block.lua): while it
+--          holds, the rest admits nothing and no share is granted
 -- ARGV[1]  mode: 0 take n units from the rest, 1 grant or renew a share,
 --          2 release a share, 3 read the state (writes nothing)
 -- ARGV[2]  the policy's rate, units per second (a decimal > 0)
@@ -96,8 +109,8 @@ end
 --                   then for each holder: id, rate, burst, end_us,
 --                   counted rate, counted burst, demand}; decimals as strings
 --
--- Numbers. Rates, bursts and tokens are doubles written with %.17g, which
--- reads back exactly; times are integer microseconds from TIME. The state
+-- Numbers. Rates, bursts and tokens are doubles written with %.17f (no
+-- exponent); times are integer microseconds from TIME. The state
 -- expires once every lease has ended and the rest would be full again.
 
 local MODE_TAKE_REST, MODE_GRANT, MODE_RELEASE, MODE_READ = 0, 1, 2, 3
@@ -108,8 +121,10 @@ local per_us = rate / 1000000
 local key = KEYS[1]
 local now = server_now()
 
+-- dec writes a decimal without an exponent (the Lua of miniredis reads
+-- none back), to 17 places.
 local function dec(x)
-  return string.format('%.17g', x)
+  return string.format('%.17f', x)
 end
 
 -- Holders, parsed: id -> {rate, burst, end, prate, pburst, pend, demand}.
@@ -250,13 +265,17 @@ if mode == MODE_READ then
   return out
 end
 
+local blocked = blocked_for(KEYS[2], now)
+
 if mode == MODE_TAKE_REST then
   local n = tonumber(ARGV[4])
   asked = asked + n
   local rr, cap = rest_now()
   tokens = math.min(tokens, cap)
   local allowed, retry = 0, 0
-  if tokens >= n then
+  if blocked > 0 then
+    retry = blocked
+  elseif tokens >= n then
     allowed, tokens = 1, tokens - n
   else
     -- When the rest refills enough before the next grant stops counting,
@@ -350,7 +369,7 @@ end
 local rest_fair = math.min(rest_want, fair)
 local new_rate = math.max(0, math.min(target, rate - others_rate - rest_fair))
 local new_burst = math.max(0, math.min(burst * new_rate / rate, burst - others_burst))
-if new_burst < least or new_rate <= 0 or small then
+if new_burst < least or new_rate <= 0 or small or blocked > 0 then
   new_rate, new_burst = 0, 0
 end
 -- A holder granted nothing stays for the lease with its demand, so that

@@ -1,0 +1,379 @@
+package throttle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobthrottle/jobthrottle/internal/lease"
+)
+
+// WithLeasedShares makes a TokenBucket or GCRA limiter decide most
+// requests in this process, without a Redis call: each process that asks
+// a key often (5 units a second or more) is granted a share of the key's
+// rate and burst for a lease, and decides within it in memory; the others,
+// and a process whose share is spent or not yet granted, are decided in
+// Redis from what the shares leave. Shares are renewed in the background
+// every half lease, off the decision path, and follow each process's
+// demand: max-min fair between the processes that want more than an equal
+// part. The shares in force and the rest never add up to more than the
+// policy's rate and burst, so the fleet stays within the policy, whoever
+// decides.
+//
+// lease is how long a share lasts (0: 1.5 s). A process that dies or loses
+// Redis gives its share up when its lease ends; live policy changes and
+// blocks (BlockFor) reach a process holding a share at its next renewal,
+// within half a lease. Every process using the limiter's name must use
+// this option: the keys it decides are not the ones a limiter without it
+// uses. Reserve is not available (it fails with [ErrNotSupported]), and
+// WaitN sleeps on each rejection's RetryAfter. Call [Limiter.Close] to
+// give this process's shares back when done. See "Leased shares" in
+// docs/limiters.md for when it pays.
+func WithLeasedShares(lease time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if lease < 0 || (lease > 0 && lease < minLease) || lease > maxLease {
+			return fmt.Errorf("%w: a lease lasts from %s to %s (0: %s), got %s", ErrInvalidOption, minLease, maxLease, defaultLease, lease)
+		}
+		if lease == 0 {
+			lease = defaultLease
+		}
+		c.lease = lease
+		return nil
+	})
+}
+
+const (
+	defaultLease = 1500 * time.Millisecond
+	minLease     = 100 * time.Millisecond
+	maxLease     = time.Minute
+	// leaseAbove is the demand, units per second, from which a process
+	// asks for a share; below it, decisions go to Redis as without leases.
+	leaseAbove = 5
+	// leasePad is how much more than its measured demand a process asks
+	// for, so that a growing demand is not held back until the next renewal.
+	leasePad = 1.25
+	// sharesSuffix ends the Redis key of a key's shares and rest.
+	sharesSuffix = ":shares"
+)
+
+// shares is a Limiter's side of WithLeasedShares: a share per caller key
+// in use, and the goroutine that renews them.
+type shares struct {
+	store  *lease.Store
+	holder string
+	lease  time.Duration
+	mu     sync.RWMutex
+	keys   map[string]*keyShare
+	start  sync.Once
+	stop   chan struct{}
+	done   chan struct{}
+	closed atomic.Bool
+}
+
+// keyShare is one caller key's share in this process.
+type keyShare struct {
+	share lease.Share
+	keys  lease.Keys
+	rest  atomic.Int64         // units asked of the rest since the last renewal
+	spec  atomic.Pointer[spec] // the policy the share was granted under
+	// owned by the renewing goroutine:
+	demand float64 // units per second, smoothed over renewals
+	last   int64   // when the last renewal was sent (monotonic ns)
+	idle   int     // renewals in a row with no demand and no share
+}
+
+// monoBase anchors the monotonic clock Shares run on.
+var monoBase = time.Now()
+
+// mono returns nanoseconds on this process's monotonic clock.
+func mono() int64 { return int64(time.Since(monoBase)) }
+
+func newShares(l *Limiter, d time.Duration) *shares {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	host, _ := os.Hostname()
+	return &shares{
+		store:  lease.NewStore(l.client),
+		holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(id[:])),
+		lease:  d,
+		keys:   map[string]*keyShare{},
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// entry returns key's share, made on first use.
+func (s *shares) entry(l *Limiter, key string) *keyShare {
+	s.mu.RLock()
+	ks := s.keys[key]
+	s.mu.RUnlock()
+	if ks != nil {
+		return ks
+	}
+	s.start.Do(func() { go s.renew(l) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ks = s.keys[key]; ks == nil {
+		state := l.cfg.redisKeyWith(l.id, key, sharesSuffix)
+		ks = &keyShare{keys: lease.Keys{State: state, Block: blockKey(state[:len(state)-len(sharesSuffix)])}}
+		s.keys[key] = ks
+	}
+	return ks
+}
+
+// leasePolicy is sp's rate and burst as the lease script takes them.
+func leasePolicy(sp *spec) lease.Policy {
+	switch p := sp.policy.(type) {
+	case TokenBucket:
+		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+	case GCRA:
+		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+	}
+	return lease.Policy{}
+}
+
+// allow decides n units for key: in memory under this process's share
+// when one is in force, else by the rest in Redis.
+func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Result, error) {
+	if s.closed.Load() {
+		return Result{}, fmt.Errorf("%w: the limiter is closed", ErrInvalidOption)
+	}
+	ks := s.entry(l, key)
+	if sp := ks.spec.Load(); sp != nil {
+		if err := validRequest(key, n, sp.capacity); err != nil {
+			return Result{}, err
+		}
+		if d := ks.share.Take(mono(), float64(n)); d.Held {
+			return localResult(d, n, sp), nil
+		}
+	}
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := validRequest(key, n, sp.capacity); err != nil {
+		return Result{}, err
+	}
+	if ks.spec.Load() == nil {
+		ks.share.Take(mono(), float64(n)) // counts in the demand
+	}
+	if !sp.reservable {
+		// A stored policy of another kind: decided as without leases.
+		return l.decide(ctx, modeTake, key, n)
+	}
+	ks.rest.Add(int64(n))
+	var d lease.Decision
+	err = l.call(ctx, func(ctx context.Context) error {
+		var err error
+		d, err = s.store.TakeRest(ctx, ks.keys, leasePolicy(sp), n)
+		return err
+	})
+	if err != nil {
+		if l.failOpen(ctx, err) {
+			return Result{Allowed: true, Limit: sp.capacity, Degraded: true, cause: err, policy: sp}, nil
+		}
+		return Result{}, l.unavailable(ctx, err)
+	}
+	return Result{Allowed: d.Allowed, Limit: sp.capacity, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
+		serverTime: d.At.UnixMicro(), policy: sp}, nil
+}
+
+// peek reports what allow would decide for one unit of key, consuming
+// nothing: the share's view when this process holds one, else the rest's.
+func (s *shares) peek(ctx context.Context, l *Limiter, key string) (Result, error) {
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := validRequest(key, 1, sp.capacity); err != nil {
+		return Result{}, err
+	}
+	s.mu.RLock()
+	ks := s.keys[key]
+	s.mu.RUnlock()
+	if ks != nil {
+		if held := ks.spec.Load(); held != nil {
+			if d := ks.share.Peek(mono(), 1); d.Held {
+				return localResult(d, 1, held), nil
+			}
+		}
+	}
+	state := l.cfg.redisKeyWith(l.id, key, sharesSuffix)
+	keys := lease.Keys{State: state, Block: blockKey(state[:len(state)-len(sharesSuffix)])}
+	var st lease.State
+	err = l.call(ctx, func(ctx context.Context) error {
+		var err error
+		st, err = s.store.Read(ctx, keys, leasePolicy(sp))
+		return err
+	})
+	if err != nil {
+		return Result{}, l.unavailable(ctx, err)
+	}
+	r := Result{Allowed: st.RestTokens >= 1, Limit: sp.capacity, Remaining: int(st.RestTokens), serverTime: st.At.UnixMicro(), policy: sp}
+	if st.RestRate > 0 {
+		r.ResetAfter = ceilDuration((st.RestBurst - st.RestTokens) / st.RestRate)
+		if !r.Allowed {
+			r.RetryAfter = ceilDuration((1 - st.RestTokens) / st.RestRate)
+		}
+	}
+	return r, nil
+}
+
+// localResult is the Result of a decision made under a share.
+func localResult(d lease.Local, n int, sp *spec) Result {
+	r := Result{Allowed: d.OK, Limit: sp.capacity, Remaining: int(d.Tokens), Leased: true, policy: sp}
+	if d.Rate > 0 {
+		r.ResetAfter = ceilDuration((d.Burst - d.Tokens) / d.Rate)
+		if !d.OK {
+			r.RetryAfter = max(time.Microsecond, ceilDuration((float64(n)-d.Tokens)/d.Rate))
+		}
+	}
+	return r
+}
+
+// ceilDuration converts seconds to a Duration, rounded up to the
+// microsecond.
+func ceilDuration(seconds float64) time.Duration {
+	if seconds <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(seconds*1e6)) * time.Microsecond
+}
+
+// renew runs until Close: every eighth of a lease it renews the shares due
+// (each every half lease), asks for one where demand has grown, gives back
+// those no longer worth holding, and forgets keys left idle.
+func (s *shares) renew(l *Limiter) {
+	defer close(s.done)
+	tick := time.NewTicker(s.lease / 8)
+	defer tick.Stop()
+	var due []string
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		now := mono()
+		due = due[:0]
+		s.mu.RLock()
+		for key, ks := range s.keys {
+			if now-ks.last >= int64(s.lease/2) {
+				due = append(due, key)
+			}
+		}
+		s.mu.RUnlock()
+		for _, key := range due {
+			s.renewKey(l, key)
+		}
+	}
+}
+
+// renewKey renews key's share, asks for one, gives it back or forgets the
+// key, as its demand says.
+func (s *shares) renewKey(l *Limiter, key string) {
+	s.mu.RLock()
+	ks := s.keys[key]
+	s.mu.RUnlock()
+	now := mono()
+	elapsed := time.Duration(now - ks.last)
+	first := ks.last == 0
+	ks.last = now
+	measured := ks.share.Demand(now)
+	if first {
+		ks.demand = measured
+	} else {
+		ks.demand = (ks.demand + measured) / 2
+	}
+	restRate := 0.0
+	if asked := ks.rest.Swap(0); asked > 0 && !first && elapsed > 0 {
+		restRate = float64(asked) / elapsed.Seconds()
+	}
+	held, _ := ks.share.Held(now)
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease/2)
+	defer cancel()
+	sp, err := l.specFor(ctx, key)
+	if err != nil {
+		return // the share, if any, runs out at its lease's end
+	}
+	if sp.reservable && ks.demand >= leaseAbove {
+		ask := lease.Ask{Demand: leasePad * ks.demand, RestDemand: restRate, Lease: s.lease, Least: 1}
+		var g lease.Grant
+		err = l.call(ctx, func(ctx context.Context) error {
+			var err error
+			g, err = s.store.Grant(ctx, ks.keys, s.holder, leasePolicy(sp), ask)
+			return err
+		})
+		if err == nil {
+			ks.spec.Store(sp)
+			ks.share.Apply(g, now, mono())
+		}
+		return // on an error the share runs out at its lease's end
+	}
+	if held {
+		ks.share.Stop()
+		_ = l.call(ctx, func(ctx context.Context) error {
+			return s.store.Release(ctx, ks.keys, s.holder, leasePolicy(ks.spec.Load()))
+		})
+		return
+	}
+	if ks.demand < 0.01 {
+		if ks.idle++; ks.idle >= 4 {
+			s.mu.Lock()
+			delete(s.keys, key)
+			s.mu.Unlock()
+		}
+	} else {
+		ks.idle = 0
+	}
+}
+
+// dropLocal ends key's share in this process at once (a block or a reset
+// made here must not wait for the next renewal).
+func (s *shares) dropLocal(key string) {
+	s.mu.RLock()
+	ks := s.keys[key]
+	s.mu.RUnlock()
+	if ks != nil {
+		ks.share.Stop()
+	}
+}
+
+// close stops the renewals and gives every share back.
+func (s *shares) close(ctx context.Context, l *Limiter) error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	started := true
+	s.start.Do(func() { started = false }) // never started: nothing to stop
+	close(s.stop)
+	if started {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return fmt.Errorf("throttle: close: %w", ctx.Err())
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for _, ks := range s.keys {
+		held, _ := ks.share.Held(mono())
+		ks.share.Stop()
+		if sp := ks.spec.Load(); held && sp != nil {
+			err := l.call(ctx, func(ctx context.Context) error {
+				return s.store.Release(ctx, ks.keys, s.holder, leasePolicy(sp))
+			})
+			if err != nil && first == nil {
+				first = l.unavailable(ctx, err)
+			}
+		}
+	}
+	return first
+}
