@@ -80,8 +80,10 @@ type shares struct {
 type keyShare struct {
 	share lease.Share
 	keys  lease.Keys
-	rest  atomic.Int64         // units asked of the rest since the last renewal
-	spec  atomic.Pointer[spec] // the policy the share was granted under
+	// asking: this process holds or asked for a share, so its demand is
+	// counted as its own rather than the rest's
+	asking atomic.Bool
+	spec   atomic.Pointer[spec] // the policy the share was granted under
 	// owned by the renewing goroutine:
 	demand float64 // units per second, smoothed over renewals
 	last   int64   // when the last renewal was sent (monotonic ns)
@@ -149,7 +151,10 @@ func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Resu
 		if err := validRequest(key, n, sp.capacity); err != nil {
 			return Result{}, err
 		}
-		if d := ks.share.Take(mono(), float64(n)); d.Held {
+		// A refusal of a share granted all the demand it asked for is a
+		// clump of arrivals, and a request larger than the share's burst
+		// never fits it: the rest may have room for either.
+		if d := ks.share.Take(mono(), float64(n)); d.Held && (d.OK || (!d.Full && float64(n) <= d.Burst)) {
 			return localResult(d, n, sp), nil
 		}
 	}
@@ -167,11 +172,11 @@ func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Resu
 		// A stored policy of another kind: decided as without leases.
 		return l.decide(ctx, modeTake, key, n)
 	}
-	ks.rest.Add(int64(n))
 	var d lease.Decision
+	asking := ks.asking.Load()
 	err = l.call(ctx, func(ctx context.Context) error {
 		var err error
-		d, err = s.store.TakeRest(ctx, ks.keys, leasePolicy(sp), n)
+		d, err = s.store.TakeRest(ctx, ks.keys, leasePolicy(sp), n, asking)
 		return err
 	})
 	if err != nil {
@@ -282,7 +287,6 @@ func (s *shares) renewKey(l *Limiter, key string) {
 	ks := s.keys[key]
 	s.mu.RUnlock()
 	now := mono()
-	elapsed := time.Duration(now - ks.last)
 	first := ks.last == 0
 	ks.last = now
 	measured := ks.share.Demand(now)
@@ -290,10 +294,6 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		ks.demand = measured
 	} else {
 		ks.demand = (ks.demand + measured) / 2
-	}
-	restRate := 0.0
-	if asked := ks.rest.Swap(0); asked > 0 && !first && elapsed > 0 {
-		restRate = float64(asked) / elapsed.Seconds()
 	}
 	held, _ := ks.share.Held(now)
 	ctx, cancel := context.WithTimeout(context.Background(), s.lease/2)
@@ -303,7 +303,8 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		return // the share, if any, runs out at its lease's end
 	}
 	if sp.reservable && ks.demand >= leaseAbove {
-		ask := lease.Ask{Demand: leasePad * ks.demand, RestDemand: restRate, Lease: s.lease, Least: 1}
+		ask := lease.Ask{Demand: leasePad * ks.demand, Lease: s.lease, Least: 1}
+		ks.asking.Store(true)
 		var g lease.Grant
 		err = l.call(ctx, func(ctx context.Context) error {
 			var err error
@@ -316,6 +317,7 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		}
 		return // on an error the share runs out at its lease's end
 	}
+	ks.asking.Store(false)
 	if held {
 		ks.share.Stop()
 		_ = l.call(ctx, func(ctx context.Context) error {

@@ -15,6 +15,7 @@ type Share struct {
 	tokens float64
 	last   int64 // when tokens were last brought up to date
 	end    int64 // when the lease ends here: its request's sending plus the lease
+	full   bool  // Grant.Full
 	asked  float64
 	since  int64
 }
@@ -23,6 +24,7 @@ type Share struct {
 type Local struct {
 	Held bool // a lease was in force: the decision is the Share's
 	OK   bool // the units were admitted
+	Full bool // the share is all the demand asked (see Grant.Full)
 	// Tokens left after the decision, and the share's rate (units per
 	// second) and burst: what a caller needs to say when to come back.
 	Tokens, Rate, Burst float64
@@ -42,7 +44,7 @@ func (s *Share) Take(now int64, n float64) Local {
 			s.tokens -= n
 			d.OK = true
 		}
-		d.Tokens, d.Rate, d.Burst = s.tokens, s.perNs*1e9, s.burst
+		d.Tokens, d.Rate, d.Burst, d.Full = s.tokens, s.perNs*1e9, s.burst, s.full
 	}
 	s.mu.Unlock()
 	return d
@@ -87,7 +89,7 @@ func (s *Share) Apply(g Grant, sent, now int64) {
 		s.perNs, s.burst, s.tokens, s.end = 0, 0, 0, 0
 		return
 	}
-	s.perNs, s.burst = g.Rate/1e9, g.Burst
+	s.perNs, s.burst, s.full = g.Rate/1e9, g.Burst, g.Full
 	s.tokens, s.last = min(s.tokens, g.Burst), now
 	s.end = sent + g.Lease.Nanoseconds()
 }

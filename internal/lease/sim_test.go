@@ -54,7 +54,6 @@ type pending struct {
 	sent, run time.Duration
 	apply     time.Duration
 	demand    float64
-	rest      float64
 	grant     Grant
 	ran       bool
 }
@@ -79,8 +78,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 	shares := make([]Share, procs)
 	nextRenew := make([]time.Duration, procs)
 	ewma := make([]float64, procs)
-	restAsked := make([]float64, procs)
-	lastRenew := make([]time.Duration, procs)
+	asking := make([]bool, procs) // asked for a share: its demand is its own
 	var inflight []*pending
 	res := simResult{byPhase: make([]int, len(cfg.phases)), askedIn: make([]int, len(cfg.phases)), grants: map[string]string{}}
 	start := time.Unix(1_800_000_000, 0)
@@ -122,7 +120,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 		// Renewals on their way: scripts run, answers arrive.
 		for _, p := range inflight {
 			if !p.ran && at >= p.run {
-				g, err := store.Grant(ctx, key, fmt.Sprint("p", p.proc), cfg.policy, Ask{Demand: p.demand, RestDemand: p.rest, Lease: cfg.lease, Least: 1})
+				g, err := store.Grant(ctx, key, fmt.Sprint("p", p.proc), cfg.policy, Ask{Demand: p.demand, Lease: cfg.lease, Least: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -157,13 +155,12 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 				}
 				local := shares[proc].Take(ns, 1)
 				ok := local.OK
-				if !local.Held {
-					dec, err := store.TakeRest(ctx, key, cfg.policy, 1)
+				if !local.Held || (!local.OK && local.Full) {
+					dec, err := store.TakeRest(ctx, key, cfg.policy, 1, asking[proc])
 					if err != nil {
 						t.Fatal(err)
 					}
 					res.calls++
-					restAsked[proc]++
 					ok = dec.Allowed
 				} else if local.OK {
 					res.local++
@@ -183,6 +180,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 				if demand < cfg.leaseAbove && held {
 					// Too little demand to lease: its share goes back.
 					shares[proc].Stop()
+					asking[proc] = false
 					if err := store.Release(ctx, key, fmt.Sprint("p", proc), cfg.policy); err != nil {
 						t.Fatal(err)
 					}
@@ -190,12 +188,8 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 					check(at)
 				}
 				if demand >= cfg.leaseAbove {
-					rest := 0.0
-					if at > lastRenew[proc] {
-						rest = restAsked[proc] / (at - lastRenew[proc]).Seconds()
-					}
-					restAsked[proc], lastRenew[proc] = 0, at
-					inflight = append(inflight, &pending{proc: proc, sent: at, run: at + cfg.rtt/2, apply: at + cfg.rtt, demand: cfg.pad * demand, rest: rest})
+					asking[proc] = true
+					inflight = append(inflight, &pending{proc: proc, sent: at, run: at + cfg.rtt/2, apply: at + cfg.rtt, demand: cfg.pad * demand})
 				}
 			}
 		}

@@ -50,6 +50,10 @@ type Grant struct {
 	Burst float64       // units
 	Lease time.Duration // from the moment Redis made it
 	At    time.Time     // Redis's clock when it made it
+	// Full reports a grant of all the demand asked: a request the share
+	// refuses is a clump of arrivals, which the rest may take, not a demand
+	// beyond the holder's part.
+	Full bool
 }
 
 // Decision is the rest's answer to a request of units.
@@ -101,10 +105,11 @@ func NewStore(client redis.Scripter) *Store { return &Store{client: client} }
 
 // Ask is a holder's request for a share.
 type Ask struct {
-	Demand     float64       // units per second it wants
-	RestDemand float64       // units per second it asked of the rest since its last Grant
-	Lease      time.Duration // how long the share is to last
-	Least      float64       // a share whose burst would be below this many units is not granted
+	Demand float64       // units per second it wants
+	Lease  time.Duration // how long the share is to last
+	// Least is the least burst worth a share: a share gets at least this
+	// burst when the others leave it, and none is granted otherwise.
+	Least float64
 }
 
 // Grant asks for holder's share of the key's rate. Nothing granted is a Grant
@@ -113,8 +118,7 @@ type Ask struct {
 func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a Ask) (Grant, error) {
 	rate, burst := p.args()
 	v, err := script.Run(ctx, s.client, k.list(), modeGrant, rate, burst, holder,
-		strconv.FormatFloat(a.Demand, 'f', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'f', -1, 64),
-		strconv.FormatFloat(a.RestDemand, 'f', -1, 64)).Slice()
+		strconv.FormatFloat(a.Demand, 'f', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'f', -1, 64)).Slice()
 	if err != nil {
 		return Grant{}, err
 	}
@@ -122,6 +126,7 @@ func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a As
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadReply, v)
 	}
 	g := Grant{Rate: decimal(v[0]), Burst: decimal(v[1])}
+	g.Full = g.Rate > 0 && g.Rate >= a.Demand*(1-1e-9)
 	us, _ := v[2].(int64)
 	now, _ := v[3].(int64)
 	g.Lease, g.At = time.Duration(us)*time.Microsecond, time.UnixMicro(now)
@@ -135,10 +140,16 @@ func (s *Store) Release(ctx context.Context, k Keys, holder string, p Policy) er
 	return script.Run(ctx, s.client, k.list(), modeRelease, rate, burst, holder).Err()
 }
 
-// TakeRest asks the rest (what the grants leave) for n units.
-func (s *Store) TakeRest(ctx context.Context, k Keys, p Policy, n int) (Decision, error) {
+// TakeRest asks the rest (what the grants leave) for n units. holder
+// says the caller holds or asked for a share: its demand is its own, not
+// the rest's.
+func (s *Store) TakeRest(ctx context.Context, k Keys, p Policy, n int, holder bool) (Decision, error) {
 	rate, burst := p.args()
-	v, err := script.Run(ctx, s.client, k.list(), modeTakeRest, rate, burst, n).Int64Slice()
+	h := "0"
+	if holder {
+		h = "1"
+	}
+	v, err := script.Run(ctx, s.client, k.list(), modeTakeRest, rate, burst, n, h).Int64Slice()
 	if err != nil {
 		return Decision{}, err
 	}

@@ -78,15 +78,14 @@ end
 -- KEYS[1]  the key's lease state, a hash:
 --            at         the instant, microseconds, the rest was settled to
 --            rest       the rest's tokens (a decimal)
---            asked      units asked of the rest since `since`
+--            asked      units asked of the rest since `since` by callers
+--                       that hold no share (a holder's demand is its own)
 --            since      when that count began, microseconds
 --            want       the rest's last measured demand, units per second
 --            h:<id>     a holder's grant, "rate:burst:end:prev_rate:
---                       prev_burst:prev_end:demand:rest_demand" (decimals;
---                       ends in microseconds); prev_* is the grant still
---                       counted until prev_end after a renewal lowered it;
---                       rest_demand what it asked of the rest, units per
---                       second
+--                       prev_burst:prev_end:demand" (decimals; ends in
+--                       microseconds); prev_* is the grant still counted
+--                       until prev_end after a renewal lowered it
 -- KEYS[2]  the key's block (Limiter.BlockFor, see block.lua): while it
 --          holds, the rest admits nothing and no share is granted
 -- ARGV[1]  mode: 0 take n units from the rest, 1 grant or renew a share,
@@ -95,12 +94,13 @@ end
 -- ARGV[3]  the policy's burst, units (an integer >= 1)
 -- ARGV[4]  take: n, the units asked (1 <= n <= burst)
 --          grant and release: the holder's ID
+-- ARGV[5]  take: 1 when the caller holds or asked for a share (its demand
+--          is counted as its own), else 0
 -- ARGV[5]  grant: the holder's demand, units per second (a decimal >= 0)
 -- ARGV[6]  grant: the lease, microseconds (an integer >= 1)
--- ARGV[7]  grant: the least burst worth a share, units (a decimal > 0);
---          a share that would be smaller is not granted
--- ARGV[8]  grant: what the holder asked of the rest since its last grant,
---          units per second (a decimal >= 0)
+-- ARGV[7]  grant: the least burst worth a share, units (a decimal > 0):
+--          a share gets at least this burst when the others leave it, and
+--          none is granted otherwise
 -- Returns  take:    {allowed (0|1), remaining (whole units), retry_after_us, now_us}
 --          grant:   {rate, burst, lease_us, now_us}; rate and burst are
 --                   decimal strings, "0" when nothing is granted
@@ -138,7 +138,7 @@ for i = 1, #raw, 2 do
       p[#p + 1] = tonumber(part)
     end
     local id = string.sub(f, 3)
-    holders[id] = {rate = p[1], burst = p[2], ends = p[3], prate = p[4], pburst = p[5], pend = p[6], demand = p[7], rest = p[8] or 0}
+    holders[id] = {rate = p[1], burst = p[2], ends = p[3], prate = p[4], pburst = p[5], pend = p[6], demand = p[7]}
     ids[#ids + 1] = id
   else
     state[f] = v
@@ -269,7 +269,9 @@ local blocked = blocked_for(KEYS[2], now)
 
 if mode == MODE_TAKE_REST then
   local n = tonumber(ARGV[4])
-  asked = asked + n
+  if ARGV[5] ~= '1' then
+    asked = asked + n
+  end
   local rr, cap = rest_now()
   tokens = math.min(tokens, cap)
   local allowed, retry = 0, 0
@@ -314,20 +316,11 @@ end
 -- MODE_GRANT. Every holder's demand and the rest's, shared out max-min
 -- fairly: each gets what it wants up to an equal part of what is left.
 local demand, lease, least = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local my_rest = tonumber(ARGV[8])
 if now - since >= lease then
   want = asked * 1000000 / (now - since)
   asked, since = 0, now
 end
--- What holders asked of the rest while they waited for a share is their
--- demand, counted as theirs: the rest's own is what others asked.
-local rest_want = want - my_rest
-for _, other in ipairs(ids) do
-  if other ~= id then
-    rest_want = rest_want - holders[other].rest
-  end
-end
-rest_want = math.max(0, rest_want)
+local rest_want = want
 local wants = {demand}
 for _, other in ipairs(ids) do
   if other ~= id then
@@ -368,7 +361,9 @@ for _, other in ipairs(ids) do
 end
 local rest_fair = math.min(rest_want, fair)
 local new_rate = math.max(0, math.min(target, rate - others_rate - rest_fair))
-local new_burst = math.max(0, math.min(burst * new_rate / rate, burst - others_burst))
+-- The burst goes with the rate, but never below the least worth holding
+-- while the others leave that much.
+local new_burst = math.max(0, math.min(math.max(least, burst * new_rate / rate), burst - others_burst))
 if new_burst < least or new_rate <= 0 or small or blocked > 0 then
   new_rate, new_burst = 0, 0
 end
@@ -380,18 +375,22 @@ if small then
   ends = now
 end
 if old then
-  local cr, cb = counted(old, now)
-  if cr > new_rate or cb > new_burst then
-    prate, pburst, pend = cr, cb, math.max(old.ends, old.pend)
+  -- What the holder may still decide under until the answer reaches it:
+  -- its old grant until the old end, and the grant before that still
+  -- counted; each kept only where it exceeds the new one.
+  for _, g in ipairs({{old.rate, old.burst, old.ends}, {old.prate, old.pburst, old.pend}}) do
+    if g[3] > now and (g[1] > new_rate or g[2] > new_burst) then
+      prate, pburst, pend = math.max(prate, g[1]), math.max(pburst, g[2]), math.max(pend, g[3])
+    end
   end
 end
-local h = {rate = new_rate, burst = new_burst, ends = ends, prate = prate, pburst = pburst, pend = pend, demand = demand, rest = my_rest}
+local h = {rate = new_rate, burst = new_burst, ends = ends, prate = prate, pburst = pburst, pend = pend, demand = demand}
 if not old then
   ids[#ids + 1] = id
 end
 holders[id] = h
 if ends > now or pend > now then
-  redis.call('HSET', key, 'h:' .. id, table.concat({dec(new_rate), dec(new_burst), int(ends), dec(prate), dec(pburst), int(pend), dec(demand), dec(my_rest)}, ':'))
+  redis.call('HSET', key, 'h:' .. id, table.concat({dec(new_rate), dec(new_burst), int(ends), dec(prate), dec(pburst), int(pend), dec(demand)}, ':'))
 else
   redis.call('HDEL', key, 'h:' .. id)
   holders[id] = nil
