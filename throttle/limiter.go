@@ -84,7 +84,7 @@ func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*
 	if c.cfg.lease > 0 {
 		l.shares = newShares(l, c.cfg.lease)
 	}
-	l.register(keyspace.Entry{Policy: sp.form, Live: c.cfg.live})
+	l.register(keyspace.Entry{Policy: sp.form, Live: c.cfg.live, Leased: c.cfg.lease > 0})
 	if c.cfg.live {
 		l.live = newLive(c.cfg.prefix, name, sp.kind)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/lease"
 )
 
@@ -59,7 +60,7 @@ const (
 	// for, so that a growing demand is not held back until the next renewal.
 	leasePad = 1.25
 	// sharesSuffix ends the Redis key of a key's shares and rest.
-	sharesSuffix = ":shares"
+	sharesSuffix = keyspace.SharesSuffix
 )
 
 // shares is a Limiter's side of WithLeasedShares: a share per caller key
@@ -172,6 +173,7 @@ func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Resu
 		// A stored policy of another kind: decided as without leases.
 		return l.decide(ctx, modeTake, key, n)
 	}
+	l.noteUse()
 	var d lease.Decision
 	asking := ks.asking.Load()
 	err = l.call(ctx, func(ctx context.Context) error {
@@ -303,6 +305,7 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		return // the share, if any, runs out at its lease's end
 	}
 	if sp.reservable && ks.demand >= leaseAbove {
+		l.noteUse() // the registry of names, which decisions in memory do not reach
 		ask := lease.Ask{Demand: leasePad * ks.demand, Lease: s.lease, Least: 1}
 		ks.asking.Store(true)
 		var g lease.Grant

@@ -247,7 +247,7 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 			return policy{}, err
 		}
 		if stored != nil {
-			p.rate, p.source, p.rules = stored, "stored", entry.Rules
+			p.rate, p.source, p.rules, p.leased = stored, "stored", entry.Rules, entry.Leased
 			return p, nil
 		}
 	}
@@ -255,7 +255,7 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 		if p, err = parsePolicy(form); err != nil {
 			return policy{}, fmt.Errorf("the registry of names holds %q for the limiter %q: %w", form, name, err)
 		}
-		p.name, p.source, p.rules = name, "code", entry.Rules
+		p.name, p.source, p.rules, p.leased = name, "code", entry.Rules, entry.Leased
 		return p, nil
 	}
 	if inCode[name] != "" {

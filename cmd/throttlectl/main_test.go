@@ -227,6 +227,19 @@ type peekJSON struct {
 		ExpectedWait   string `json:"expected_wait"`
 		ExpectedWaitUS int64  `json:"expected_wait_us"`
 	} `json:"flows"`
+	Shares *struct {
+		RestRatePerSecond float64 `json:"rest_rate_per_second"`
+		RestBurst         float64 `json:"rest_burst"`
+		RestTokens        float64 `json:"rest_tokens"`
+		Holders           []struct {
+			Holder          string  `json:"holder"`
+			RatePerSecond   float64 `json:"rate_per_second"`
+			Burst           float64 `json:"burst"`
+			EndsIn          string  `json:"ends_in"`
+			EndsInUS        int64   `json:"ends_in_us"`
+			DemandPerSecond float64 `json:"demand_per_second"`
+		} `json:"holders"`
+	} `json:"shares"`
 }
 
 // peekLimits are the policy's numbers in peek's --json output.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -55,6 +56,29 @@ type jsonState struct {
 	ExpectedWait   string     `json:"expected_wait"`
 	ExpectedWaitUS int64      `json:"expected_wait_us"`
 	Flows          []jsonFlow `json:"flows"`
+	// Shares: the key's rate leased to processes (a limiter with leased
+	// shares only).
+	Shares *jsonShares `json:"shares,omitempty"`
+}
+
+// jsonShares is a key's leased shares and their rest, in --json output.
+type jsonShares struct {
+	// The rest: what the shares leave, which Redis decides for processes
+	// holding none.
+	RestRatePerSecond float64     `json:"rest_rate_per_second"`
+	RestBurst         float64     `json:"rest_burst"`
+	RestTokens        float64     `json:"rest_tokens"`
+	Holders           []jsonShare `json:"holders"`
+}
+
+// jsonShare is one process's share, in --json output.
+type jsonShare struct {
+	Holder          string  `json:"holder"` // host/pid/random
+	RatePerSecond   float64 `json:"rate_per_second"`
+	Burst           float64 `json:"burst"`
+	EndsIn          string  `json:"ends_in"` // until its lease ends (renewed every half lease)
+	EndsInUS        int64   `json:"ends_in_us"`
+	DemandPerSecond float64 `json:"demand_per_second"` // what it asked for
 }
 
 // jsonFlow is one flow of a waiting room, in --json output.
@@ -96,6 +120,14 @@ func toJSON(s state) jsonState {
 		Burst:         s.limits.burst,
 		Capacity:      s.limits.capacity,
 		Period:        s.limits.period,
+	}
+	if st := s.shares; st != nil {
+		j.Shares = &jsonShares{RestRatePerSecond: st.RestRate, RestBurst: st.RestBurst, RestTokens: st.RestTokens, Holders: []jsonShare{}}
+		for _, h := range st.Holders {
+			in := max(0, h.Ends.Sub(st.At))
+			j.Shares.Holders = append(j.Shares.Holders, jsonShare{Holder: h.ID, RatePerSecond: h.Rate, Burst: h.Burst,
+				EndsIn: in.String(), EndsInUS: in.Microseconds(), DemandPerSecond: h.Demand})
+		}
 	}
 	for _, f := range s.flows {
 		wait := time.Duration(f.ExpectedWaitMs) * time.Millisecond
@@ -145,8 +177,34 @@ func (a *app) writePeek(s state) error {
 	if len(s.rules) > 0 {
 		fmt.Fprintf(a.stdout, "The worker's rules using %s: %s.\n", display(s.name), strings.Join(s.rules, ", "))
 	}
+	if err := a.writeShares(s); err != nil {
+		return err
+	}
 	return a.writeWaiting(s)
 }
+
+// writeShares writes a key's leased shares under its peek: each holder's
+// share and lease, and the rest Redis decides.
+func (a *app) writeShares(s state) error {
+	st := s.shares
+	if st == nil {
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "\n%d processes hold shares of the key's rate; Redis decides the rest for the others: %s/s, burst %s (%s left).\n",
+		len(st.Holders), decimal(st.RestRate), decimal(st.RestBurst), decimal(st.RestTokens))
+	if len(st.Holders) == 0 {
+		return nil
+	}
+	tw := newTable(a.stdout)
+	row(tw, "HOLDER", "RATE", "BURST", "LEASE-ENDS-IN", "ASKED")
+	for _, h := range st.Holders {
+		row(tw, display(h.ID), decimal(h.Rate)+"/s", decimal(h.Burst), short(max(0, h.Ends.Sub(st.At))), decimal(h.Demand)+"/s")
+	}
+	return tw.Flush()
+}
+
+// decimal writes x with at most two decimals, without trailing zeros.
+func decimal(x float64) string { return strconv.FormatFloat(math.Round(x*100)/100, 'f', -1, 64) }
 
 // writeWaiting writes a key's waiting room under its peek: how many tasks
 // wait, when the last is expected to start, and each flow's tasks, the

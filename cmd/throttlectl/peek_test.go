@@ -281,3 +281,58 @@ func writeJSON(t *testing.T, path string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// TestThrottlectlPeekShowsLeasedShares: two processes holding shares of a
+// key (WithLeasedShares) show in peek, table and JSON: each holder's
+// share, its lease's end and its demand, and the rest Redis decides; the
+// shares add up to at most the policy.
+func TestThrottlectlPeekShowsLeasedShares(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	policy := throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 10}
+	var ls []*throttle.Limiter
+	for range 2 {
+		l, err := throttle.New(c.tg.NewClient(t), "leased-peek", policy, throttle.WithPrefix(c.tg.Prefix), throttle.WithLeasedShares(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(context.Background())
+		ls = append(ls, l)
+	}
+	held := map[int]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(held) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two processes hold no shares after 10 s at 100 asks a second each")
+		}
+		for i, l := range ls {
+			r, err := l.Allow(context.Background(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Leased {
+				held[i] = true
+			}
+		}
+	}
+	var got peekJSON
+	c.okJSON(&got, "peek", "--name", "leased-peek", "k")
+	if got.Shares == nil || len(got.Shares.Holders) != 2 {
+		t.Fatalf("peek --json shows shares %+v, want two holders", got.Shares)
+	}
+	rate, burst := got.Shares.RestRatePerSecond, got.Shares.RestBurst
+	for _, h := range got.Shares.Holders {
+		if h.RatePerSecond <= 0 || h.Burst < 1 || h.EndsInUS <= 0 || h.EndsInUS > time.Second.Microseconds() || h.DemandPerSecond <= 0 || h.Holder == "" {
+			t.Errorf("holder %+v", h)
+		}
+		rate += h.RatePerSecond
+		burst += h.Burst
+	}
+	if rate > 100+1e-9 || burst > 10+1e-9 {
+		t.Errorf("the shares and the rest add up to %g/s, burst %g; the policy is 100/s, burst 10", rate, burst)
+	}
+	r := c.ok("peek", "--name", "leased-peek", "k")
+	if !strings.Contains(r.stdout, "2 processes hold shares of the key's rate") || !strings.Contains(r.stdout, "LEASE-ENDS-IN") {
+		t.Errorf("peek's table shows no shares:\n%s", r.stdout)
+	}
+	t.Logf("figures: %s", strings.TrimSpace(r.stdout))
+}

@@ -20,6 +20,7 @@ type policy struct {
 	// "code" (the registry of names), "--policy" or "--config".
 	source string
 	rules  []string // the worker's rules that use the limiter (the registry's)
+	leased bool     // its limiters decide from leased shares (the registry's)
 }
 
 // known reports whether the policy is known, not only the name.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
+	"github.com/jobthrottle/jobthrottle/internal/lease"
 	"github.com/jobthrottle/jobthrottle/internal/waitroom"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,9 @@ func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter
 	opts := []throttle.Option{throttle.WithPrefix(prefix), throttle.WithLogger(slog.New(slog.DiscardHandler)),
 		keyspace.Inspecting.(throttle.Option)}
 	l := &limiter{client: client, name: p.name, spec: p}
+	if p.leased {
+		opts = append(opts, throttle.WithLeasedShares(0)) // reads the shares' rest; holds none
+	}
 	var err error
 	if p.rate != nil {
 		l.rate, err = throttle.New(client, p.name, p.rate, opts...)
@@ -77,6 +81,9 @@ type state struct {
 	waiting      int
 	flows        []waitroom.Flow
 	expectedWait time.Duration
+	// The shares of the key's rate leased to processes (WithLeasedShares),
+	// and what they leave: nil unless the limiter leases.
+	shares *lease.State
 }
 
 // throttled reports a key that admits nothing now, or whose tasks wait.
@@ -114,7 +121,12 @@ func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
 	}
 	s.allowed, s.limit, s.remaining = r.Allowed, r.Limit, r.Remaining
 	s.retryAfter, s.resetAfter = r.RetryAfter, r.ResetAfter
-	if l.rate != nil && waitroom.Interval(l.spec.rate) > 0 {
+	if l.spec.leased && l.rate != nil {
+		if err := l.readShares(ctx, &s); err != nil {
+			return state{}, fmt.Errorf("reading the shares of %q: %w", s.redisKey, err)
+		}
+	}
+	if l.rate != nil && waitroom.Interval(l.spec.rate) > 0 && !l.spec.leased {
 		if err := l.readWaiting(ctx, &s); err != nil {
 			return state{}, fmt.Errorf("reading the waiting room of %q: %w", s.redisKey, err)
 		}
@@ -147,13 +159,41 @@ func (l *limiter) readWaiting(ctx context.Context, s *state) error {
 	return err
 }
 
+// readShares reads the shares leased of s's key and their rest into s.
+func (l *limiter) readShares(ctx context.Context, s *state) error {
+	p, err := throttle.ParsePolicy(s.policy)
+	if err != nil {
+		return err
+	}
+	var lp lease.Policy
+	switch p := p.(type) {
+	case throttle.GCRA:
+		lp = lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+	case throttle.TokenBucket:
+		lp = lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+	default:
+		return nil // a stored policy of another kind: no shares
+	}
+	st, err := lease.NewStore(l.client).Read(ctx, lease.Keys{State: s.redisKey + keyspace.SharesSuffix, Block: s.redisKey + keyspace.BlockSuffix}, lp)
+	if err != nil {
+		return err
+	}
+	s.shares = &st
+	return nil
+}
+
 // present reports whether s, just peeked, has anything in Redis: its state
-// key, or a block (which a window policy keeps beside its state).
+// key (its shares' key, for a limiter that leases), or a block (which a
+// window policy keeps beside its state).
 func (l *limiter) present(ctx context.Context, s state) (bool, error) {
 	if s.blockedFor > 0 {
 		return true, nil
 	}
-	n, err := l.client.Exists(ctx, s.redisKey).Result()
+	key := s.redisKey
+	if l.spec.leased {
+		key += keyspace.SharesSuffix
+	}
+	n, err := l.client.Exists(ctx, key).Result()
 	if err != nil {
 		return false, fmt.Errorf("looking up %q: %w", s.redisKey, err)
 	}

@@ -23,6 +23,7 @@ var ErrNotLimiterKey = errors.New("throttle: not a limiter's key")
 // Suffixes of the keys beside a limiter's state key, in its Cluster slot.
 const (
 	BlockSuffix   = ":block"   // the key's block (Limiter.BlockFor)
+	SharesSuffix  = ":shares"  // the key's leased shares and their rest (WithLeasedShares)
 	TicketsSuffix = ":tickets" // the generation of the key's tickets
 	TicketInfix   = ":t:"      // then a ticket's escaped ID: its booking
 	RoomSuffix    = ":room"    // the worker's waiting room of a meter key
@@ -42,6 +43,9 @@ type Entry struct {
 	Policy string `json:"policy"`
 	// Live: the limiter applies stored policies (WithLivePolicies).
 	Live bool `json:"live,omitempty"`
+	// Leased: the limiter decides from leased shares (WithLeasedShares),
+	// kept beside each key's state (SharesSuffix).
+	Leased bool `json:"leased,omitempty"`
 	// Rules are the worker's rules that use the limiter, by name.
 	Rules []string `json:"rules,omitempty"`
 }
