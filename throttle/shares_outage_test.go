@@ -149,3 +149,60 @@ func TestLeasedSharesFollowALivePolicy(t *testing.T) {
 		t.Errorf("%.1f/s admitted after the change, want at least %.0f%% of 50/s", rate, 100*leaseUseWithin)
 	}
 }
+
+// TestLeasedSharesOfADeadProcessGoBack: three processes hold shares of
+// GCRA 150/s (burst 15, leases of 300 ms), each asking 100 times a second;
+// one dies (its client closes mid-lease, nothing given back). Its share
+// runs out at its lease's end and the other two take the rate: from two
+// leases after the death they admit at least leaseUseWithin of 150/s, and
+// the fleet never more than the envelope.
+func TestLeasedSharesOfADeadProcessGoBack(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	tg := redistest.New(t)
+	policy := throttle.GCRA{Rate: throttle.PerSecond(150), Burst: 15}
+	var ls []*throttle.Limiter
+	var dying interface{ Close() error }
+	for i := range 3 {
+		client := tg.NewClient(t)
+		l, err := throttle.New(client, "dead", policy, throttle.WithPrefix(tg.Prefix), throttle.WithLeasedShares(lease), throttle.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			dying = client // its Close, at the end, gives back nothing: its client is gone
+		}
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		ls = append(ls, l)
+	}
+	offset := redistest.ClockOffset(t, tg.NewClient(t))
+	start := time.Now()
+	died := start.Add(1500 * time.Millisecond)
+	var early []admission
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		early, _ = hammerLeased(t, ls[2:], "k", time.Second/100, died, offset)
+		_ = dying.Close() // dies: no renewal, no Close of its limiter
+	}()
+	rest, _ := hammerLeased(t, ls[:2], "k", time.Second/100, start.Add(4*time.Second), offset)
+	<-done
+	all := append(append([]admission(nil), early...), rest...)
+	sortAdmissions(all)
+	var after int
+	from := died.Add(2 * lease)
+	for _, a := range rest {
+		if a.at.After(from) {
+			after++
+		}
+	}
+	rate := float64(after) / start.Add(4*time.Second).Sub(from).Seconds()
+	excess := worstExcess(all, 150)
+	t.Logf("figures: %s: from two leases after a holder died, the other two admitted %.1f/s (policy 150/s); most beyond the rate in any span %.2f (burst 15)",
+		tg.Kind, rate, excess)
+	if excess > 15+leaseClockAllowance {
+		t.Errorf("%.2f admitted beyond 150/s in a span; the burst is 15", excess)
+	}
+	if rate < leaseUseWithin*150 {
+		t.Errorf("%.1f/s admitted from two leases after the death, want at least %.0f%% of 150/s", rate, 100*leaseUseWithin)
+	}
+}

@@ -77,8 +77,13 @@ func hammerLeased(t *testing.T, ls []*throttle.Limiter, key string, every time.D
 		}()
 	}
 	wg.Wait()
-	sort.Slice(got, func(i, j int) bool { return got[i].at.Before(got[j].at) })
+	sortAdmissions(got)
 	return got, decisions
+}
+
+// sortAdmissions puts admissions in the order of their times.
+func sortAdmissions(got []admission) {
+	sort.Slice(got, func(i, j int) bool { return got[i].at.Before(got[j].at) })
 }
 
 // worstExcess returns the largest count of admissions beyond rate*d in
