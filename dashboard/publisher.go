@@ -127,7 +127,7 @@ func newPublisher(client redis.UniversalClient, now func() time.Time, opts ...Pu
 // not counted. It also notes the limiter's kind, its policy in code, and a
 // key's policy when a plan or a stored policy chose it.
 func (p *Publisher) ObserveDecision(_ context.Context, d throttle.Decision) {
-	if d.Op == throttle.OpPeek || d.Op == throttle.OpWait || d.Outcome == throttle.Errored {
+	if d.Op == throttle.OpPeek || d.Op == throttle.OpWait || d.Op == throttle.OpShare || d.Outcome == throttle.Errored {
 		return
 	}
 	var c fleet.Counts

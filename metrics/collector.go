@@ -27,6 +27,7 @@ type Collector struct {
 	latency     *prometheus.HistogramVec // limiter, op
 	redisErrors *prometheus.CounterVec   // limiter
 	denyHits    *prometheus.CounterVec   // limiter
+	leased      *prometheus.CounterVec   // limiter
 	// worker holds the worker series, fed by package workermetrics.
 	worker *series.Worker
 
@@ -81,7 +82,7 @@ func New(opts ...Option) (*Collector, error) {
 	return &Collector{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "decisions_total",
-			Help: "Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire) and outcome (admitted, throttled, error, degraded).",
+			Help: "Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire; share: a renewal of a leased share, admitted when one was granted) and outcome (admitted, throttled, error, degraded).",
 		}, []string{"limiter", "op", "outcome"}),
 		policies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "policy_decisions_total",
@@ -99,6 +100,10 @@ func New(opts ...Option) (*Collector, error) {
 		denyHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "deny_cache_hits_total",
 			Help: "Rejections answered from the limiter's in-process deny cache without asking Redis, by limiter name.",
+		}, []string{"limiter"}),
+		leased: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "leased_decisions_total",
+			Help: "Decisions made in the process under its leased share of a key's rate (WithLeasedShares), without Redis, by limiter name; also counted in decisions_total.",
 		}, []string{"limiter"}),
 		worker: &series.Worker{
 			Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -119,8 +124,8 @@ func New(opts ...Option) (*Collector, error) {
 }
 
 // vectors returns every metric vector of the Collector.
-func (c *Collector) vectors() [8]prometheus.Collector {
-	return [...]prometheus.Collector{c.decisions, c.policies, c.latency, c.redisErrors, c.denyHits,
+func (c *Collector) vectors() [9]prometheus.Collector {
+	return [...]prometheus.Collector{c.decisions, c.policies, c.latency, c.redisErrors, c.denyHits, c.leased,
 		c.worker.Tasks, c.worker.Waits, c.worker.Leases}
 }
 

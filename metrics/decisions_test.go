@@ -57,7 +57,7 @@ func TestKnownDecisionsExactCounts(t *testing.T) {
 	}
 
 	compare(t, c, `
-# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire) and outcome (admitted, throttled, error, degraded).
+# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire; share: a renewal of a leased share, admitted when one was granted) and outcome (admitted, throttled, error, degraded).
 # TYPE jobthrottle_decisions_total counter
 jobthrottle_decisions_total{limiter="cached",op="allow",outcome="admitted"} 1
 jobthrottle_decisions_total{limiter="cached",op="allow",outcome="throttled"} 2
@@ -161,7 +161,7 @@ jobthrottle_decisions_total{limiter="partner",op="reserve",outcome="degraded"} 1
 			// Redis errors: 3 allows, the reserve and the peek; not the
 			// empty key.
 			compare(t, c, `
-# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire) and outcome (admitted, throttled, error, degraded).
+# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire; share: a renewal of a leased share, admitted when one was granted) and outcome (admitted, throttled, error, degraded).
 # TYPE jobthrottle_decisions_total counter`+tc.decisions+`# HELP jobthrottle_redis_errors_total Decisions Redis could not make (unreachable, too slow or answering with an error), failed closed or let through degraded, by limiter name.
 # TYPE jobthrottle_redis_errors_total counter
 jobthrottle_redis_errors_total{limiter="exports"} 2
@@ -193,7 +193,7 @@ func TestConcurrentObservers(t *testing.T) {
 	}
 	wg.Wait()
 	compare(t, c, `
-# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire) and outcome (admitted, throttled, error, degraded).
+# HELP jobthrottle_decisions_total Decisions of jobthrottle limiters by limiter name, call (allow, peek, reserve, acquire; share: a renewal of a leased share, admitted when one was granted) and outcome (admitted, throttled, error, degraded).
 # TYPE jobthrottle_decisions_total counter
 jobthrottle_decisions_total{limiter="shared",op="allow",outcome="admitted"} 4000
 jobthrottle_decisions_total{limiter="shared",op="allow",outcome="throttled"} 4000

@@ -10,7 +10,8 @@ import (
 // ObserveDecision counts one decision of a limiter: in decisions_total by
 // limiter, op and outcome, in decision_duration_seconds, in
 // redis_errors_total when Redis could not decide ([throttle.Decision.RedisFailed])
-// and in deny_cache_hits_total when the deny cache answered. The caller key
+// in deny_cache_hits_total when the deny cache answered, and in
+// leased_decisions_total when it was made under a leased share. The caller key
 // is never used, and the sleeps of Wait ([throttle.OpWait]) are not
 // decisions: they are left out. It makes [Collector] a [throttle.Observer];
 // it is safe for concurrent use.
@@ -31,5 +32,8 @@ func (c *Collector) ObserveDecision(_ context.Context, d throttle.Decision) {
 	}
 	if d.Cached {
 		own.denyHits.Inc()
+	}
+	if d.Leased {
+		c.leased.WithLabelValues(limiter).Inc()
 	}
 }

@@ -24,6 +24,13 @@ const (
 	// context ended first. It follows the decisions the call made and is
 	// not one itself: package metrics leaves it out of its decision series.
 	OpWait Op = "wait"
+	// OpShare is a renewal of this process's share of a key's rate
+	// ([WithLeasedShares]), made in the background: Outcome Admitted when
+	// a share was granted, Throttled when none was (the process asks
+	// Redis meanwhile), Errored when Redis did not answer (the share runs
+	// out at its lease's end). N is 0: it asks for no units. ctx carries no
+	// caller's span.
+	OpShare Op = "share"
 )
 
 // Outcome is how a decision ended.

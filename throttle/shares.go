@@ -308,17 +308,22 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		l.noteUse() // the registry of names, which decisions in memory do not reach
 		ask := lease.Ask{Demand: leasePad * ks.demand, Lease: s.lease, Least: 1}
 		ks.asking.Store(true)
+		began := l.began()
 		var g lease.Grant
 		err = l.call(ctx, func(ctx context.Context) error {
 			var err error
 			g, err = s.store.Grant(ctx, ks.keys, s.holder, leasePolicy(sp), ask)
 			return err
 		})
-		if err == nil {
-			ks.spec.Store(sp)
-			ks.share.Apply(g, now, mono())
+		if err != nil {
+			// The share runs out at its lease's end.
+			l.observe(ctx, OpShare, key, 0, began, Result{}, l.unavailable(ctx, err))
+			return
 		}
-		return // on an error the share runs out at its lease's end
+		ks.spec.Store(sp)
+		ks.share.Apply(g, now, mono())
+		l.observe(ctx, OpShare, key, 0, began, Result{Allowed: g.Rate > 0, Limit: sp.capacity, serverTime: g.At.UnixMicro(), policy: sp}, nil)
+		return
 	}
 	ks.asking.Store(false)
 	if held {

@@ -45,6 +45,9 @@ func (i *Instrumentation) ObserveDecision(ctx context.Context, d throttle.Decisi
 	if d.Cached {
 		i.m.denyCacheHits.Add(ctx, 1, sets.limiter...)
 	}
+	if d.Leased {
+		i.m.leasedDecisions.Add(ctx, 1, sets.limiter...)
+	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return

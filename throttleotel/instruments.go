@@ -42,6 +42,7 @@ type instruments struct {
 	waitDuration     metric.Float64Histogram // limiter, outcome
 	redisErrors      metric.Int64Counter     // limiter
 	denyCacheHits    metric.Int64Counter     // limiter
+	leasedDecisions  metric.Int64Counter     // limiter
 	tasks            metric.Int64Counter     // task type, rule, event
 	taskWait         metric.Float64Histogram // task type, event
 	leases           metric.Int64UpDownCounter
@@ -57,9 +58,9 @@ var waitBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
 
 func newInstruments(m metric.Meter) (instruments, error) {
 	var ins instruments
-	var errs [9]error
+	var errs [10]error
 	ins.decisions, errs[0] = m.Int64Counter("jobthrottle.decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions of jobthrottle limiters by limiter, call (allow, peek, reserve, acquire), outcome (admitted, throttled, error, degraded) and where the policy came from."))
+		metric.WithDescription("Decisions of jobthrottle limiters by limiter, call (allow, peek, reserve, acquire; share: a renewal of a leased share, admitted when one was granted), outcome (admitted, throttled, error, degraded) and where the policy came from."))
 	ins.policyDecisions, errs[1] = m.Int64Counter("jobthrottle.policy.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions of jobthrottle rate limiters by limiter and the policy in force that made them, in its short form: a policy change shows as a new series."))
 	ins.decisionDuration, errs[2] = m.Float64Histogram("jobthrottle.decision.duration", metric.WithUnit("s"),
@@ -72,6 +73,8 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		metric.WithDescription("Decisions Redis could not make (unreachable, too slow or answering with an error), failed closed or let through degraded, by limiter."))
 	ins.denyCacheHits, errs[5] = m.Int64Counter("jobthrottle.deny_cache.hits", metric.WithUnit("{hit}"),
 		metric.WithDescription("Rejections answered from a limiter's in-process deny cache without asking Redis, by limiter."))
+	ins.leasedDecisions, errs[9] = m.Int64Counter("jobthrottle.leased.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions made in the process under its leased share of a key's rate (WithLeasedShares), without Redis, by limiter; also counted in jobthrottle.decisions."))
 	ins.tasks, errs[6] = m.Int64Counter("jobthrottle.worker.tasks", metric.WithUnit("{task}"),
 		metric.WithDescription("Decisions of jobthrottle's asynq middleware about tasks, by task type, rule and event (admitted, waited_inline, rescheduled, gave_up, degraded, failed, lease_lost, unconfigured)."))
 	ins.taskWait, errs[7] = m.Float64Histogram("jobthrottle.worker.wait.duration", metric.WithUnit("s"),
