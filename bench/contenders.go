@@ -130,3 +130,16 @@ const aloneGCRA = 7
 func goSideContenders(cs []contender) []contender {
 	return []contender{cs[0], cs[1], cs[2], cs[aloneGCRA]}
 }
+
+// theirsAt is redis_rate at p's rate and burst.
+func theirsAt(rdb redis.UniversalClient, p throttle.GCRA) contender {
+	l := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: p.Rate.N, Burst: p.Burst, Period: p.Rate.Per}
+	return contender{name: "redis_rate GCRA", decide: func(ctx context.Context, key string) (bool, error) {
+		res, err := l.Allow(ctx, key, limit)
+		if err != nil {
+			return false, err
+		}
+		return res.Allowed > 0, nil
+	}}
+}

@@ -12,6 +12,8 @@
 //
 // "go run . fleet" runs the fleet benchmark instead: asynq worker processes
 // behind the worker middleware, and what they cost Redis (see fleetMain).
+// "go run . shares" measures leased shares (throttle.WithLeasedShares)
+// beside a round trip per decision and redis_rate (see sharesMain).
 package main
 
 import (
@@ -37,6 +39,13 @@ import (
 func main() {
 	if os.Getenv(childScenario) != "" {
 		os.Exit(fleetChild())
+	}
+	if len(os.Args) > 1 && os.Args[1] == "shares" {
+		if err := sharesMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "fleet" {
 		if err := fleetMain(os.Args[2:]); err != nil {

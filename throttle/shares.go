@@ -86,7 +86,7 @@ type keyShare struct {
 	asking atomic.Bool
 	spec   atomic.Pointer[spec] // the policy the share was granted under
 	// owned by the renewing goroutine:
-	demand float64 // units per second, smoothed over renewals
+	demand float64 // units per second asked since the last renewal
 	last   int64   // when the last renewal was sent (monotonic ns)
 	idle   int     // renewals in a row with no demand and no share
 }
@@ -289,14 +289,12 @@ func (s *shares) renewKey(l *Limiter, key string) {
 	ks := s.keys[key]
 	s.mu.RUnlock()
 	now := mono()
-	first := ks.last == 0
 	ks.last = now
-	measured := ks.share.Demand(now)
-	if first {
-		ks.demand = measured
-	} else {
-		ks.demand = (ks.demand + measured) / 2
-	}
+	// The demand of the half lease since the last renewal, unsmoothed: a
+	// share follows a change of demand at the next renewal (smoothed over
+	// renewals, a flood's end kept its share for seconds that the others
+	// then lacked).
+	ks.demand = ks.share.Demand(now)
 	held, _ := ks.share.Held(now)
 	ctx, cancel := context.WithTimeout(context.Background(), s.lease/2)
 	defer cancel()

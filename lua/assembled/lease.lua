@@ -340,14 +340,25 @@ for i, w in ipairs(wants) do
   left = left - w
 end
 local target = math.min(demand, fair)
+local total, holders_asking = 0, #wants
+for _, w in ipairs(wants) do
+  total = total + w
+end
+if rest_want > 0 then
+  holders_asking = holders_asking - 1
+end
+-- While the key is wanted below its rate, what nobody wants is shared too:
+-- each holder's share grows by an equal part of it (one part stays with
+-- the rest, for newcomers), so that a demand growing between renewals,
+-- such as that of decisions in memory, far faster than a round trip each,
+-- finds room at once.
+if total < rate then
+  target = demand + (rate - total) / (holders_asking + 1)
+end
 -- While the key is wanted beyond its rate, a holder that wants less than
 -- half an equal part gets no share: its small burst would fill and spill
 -- between its arrivals, rate the others could have used. It asks the rest,
 -- whose part covers its demand.
-local total = 0
-for _, w in ipairs(wants) do
-  total = total + w
-end
 local small = total > rate and demand < fair / 2
 -- What the others hold over the new lease (a lowered grant counts until
 -- its old end) and the rest's fair part are not the holder's to take.
