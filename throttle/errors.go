@@ -36,6 +36,9 @@ var (
 	// as Reserve on a window policy or a LeakyBucket.
 	ErrNotSupported = errors.New("throttle: not supported by this policy")
 
+	// ErrClosed reports a call on a Limiter after its Close.
+	ErrClosed = errors.New("throttle: limiter closed")
+
 	// ErrNotReserved reports waiting on a Reservation that was not booked.
 	ErrNotReserved = errors.New("throttle: reservation not booked")
 

@@ -180,9 +180,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 }
 
 // Close gives back the shares this process holds (WithLeasedShares) and
-// stops renewing them; decisions after Close fail. A Limiter without
-// leased shares holds nothing: Close does nothing and returns nil. It
-// waits for the renewal under way, within ctx.
+// stops renewing them; decisions after Close fail with [ErrClosed]. It
+// waits for the renewal under way, within ctx. A Limiter without leased
+// shares holds nothing: Close does nothing and returns nil. Close is safe
+// for concurrent use; a second call does nothing.
 func (l *Limiter) Close(ctx context.Context) error {
 	if l.shares == nil {
 		return nil

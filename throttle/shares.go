@@ -145,7 +145,7 @@ func leasePolicy(sp *spec) lease.Policy {
 // when one is in force, else by the rest in Redis.
 func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Result, error) {
 	if s.closed.Load() {
-		return Result{}, fmt.Errorf("%w: the limiter is closed", ErrInvalidOption)
+		return Result{}, ErrClosed
 	}
 	ks := s.entry(l, key)
 	if sp := ks.spec.Load(); sp != nil {

@@ -197,8 +197,8 @@ func TestLeasedSharesGoBackOnClose(t *testing.T) {
 	if n := holders(); n != 0 {
 		t.Errorf("%d holders left after Close", n)
 	}
-	if _, err := ls[0].Allow(context.Background(), "k"); err == nil {
-		t.Error("Allow after Close succeeded")
+	if _, err := ls[0].Allow(context.Background(), "k"); !errors.Is(err, throttle.ErrClosed) {
+		t.Errorf("Allow after Close: %v, want ErrClosed", err)
 	}
 }
 
