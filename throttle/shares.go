@@ -123,11 +123,16 @@ func (s *shares) entry(l *Limiter, key string) *keyShare {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks = s.keys[key]; ks == nil {
-		state := l.cfg.redisKeyWith(l.id, key, sharesSuffix)
-		ks = &keyShare{keys: lease.Keys{State: state, Block: blockKey(state[:len(state)-len(sharesSuffix)])}}
+		ks = &keyShare{keys: shareKeys(l, key)}
 		s.keys[key] = ks
 	}
 	return ks
+}
+
+// shareKeys returns the Redis keys of key's shares and of its block.
+func shareKeys(l *Limiter, key string) lease.Keys {
+	state := l.cfg.redisKeyWith(l.id, key, sharesSuffix)
+	return lease.Keys{State: state, Block: blockKey(state[:len(state)-len(sharesSuffix)])}
 }
 
 // leasePolicy is sp's rate and burst as the lease script takes them.
@@ -211,12 +216,10 @@ func (s *shares) peek(ctx context.Context, l *Limiter, key string) (Result, erro
 			}
 		}
 	}
-	state := l.cfg.redisKeyWith(l.id, key, sharesSuffix)
-	keys := lease.Keys{State: state, Block: blockKey(state[:len(state)-len(sharesSuffix)])}
 	var st lease.State
 	err = l.call(ctx, func(ctx context.Context) error {
 		var err error
-		st, err = s.store.Read(ctx, keys, leasePolicy(sp))
+		st, err = s.store.Read(ctx, shareKeys(l, key), leasePolicy(sp))
 		return err
 	})
 	if err != nil {
@@ -295,7 +298,7 @@ func (s *shares) renewKey(l *Limiter, key string) {
 	// renewals, a flood's end kept its share for seconds that the others
 	// then lacked).
 	ks.demand = ks.share.Demand(now)
-	held, _ := ks.share.Held(now)
+	held := ks.share.Held(now)
 	ctx, cancel := context.WithTimeout(context.Background(), s.lease/2)
 	defer cancel()
 	sp, err := l.specFor(ctx, key)
@@ -372,7 +375,7 @@ func (s *shares) close(ctx context.Context, l *Limiter) error {
 	defer s.mu.Unlock()
 	var first error
 	for _, ks := range s.keys {
-		held, _ := ks.share.Held(mono())
+		held := ks.share.Held(mono())
 		ks.share.Stop()
 		if sp := ks.spec.Load(); held && sp != nil {
 			err := l.call(ctx, func(ctx context.Context) error {

@@ -101,11 +101,11 @@ func (s *Share) Stop() {
 	s.mu.Unlock()
 }
 
-// Held reports whether a lease is in force at now, and until when.
-func (s *Share) Held(now int64) (bool, int64) {
+// Held reports whether a lease is in force at now.
+func (s *Share) Held(now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return now < s.end, s.end
+	return now < s.end
 }
 
 // Demand returns the units per second asked since the last call (or the

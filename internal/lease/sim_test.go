@@ -176,7 +176,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 				nextRenew[proc] = at + cfg.lease/2
 				ewma[proc] = (ewma[proc] + shares[proc].Demand(ns)) / 2
 				demand := ewma[proc]
-				held, _ := shares[proc].Held(ns)
+				held := shares[proc].Held(ns)
 				if demand < cfg.leaseAbove && held {
 					// Too little demand to lease: its share goes back.
 					shares[proc].Stop()

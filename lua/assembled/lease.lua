@@ -298,16 +298,21 @@ end
 local id = ARGV[4]
 local old = holders[id]
 
+-- forget drops holder id's grant.
+local function forget()
+  redis.call('HDEL', key, 'h:' .. id)
+  holders[id] = nil
+  for i, v in ipairs(ids) do
+    if v == id then
+      table.remove(ids, i)
+      break
+    end
+  end
+end
+
 if mode == MODE_RELEASE then
   if old then
-    redis.call('HDEL', key, 'h:' .. id)
-    holders[id] = nil
-    for i, v in ipairs(ids) do
-      if v == id then
-        table.remove(ids, i)
-        break
-      end
-    end
+    forget()
   end
   save()
   return {1, now}
@@ -403,14 +408,7 @@ holders[id] = h
 if ends > now or pend > now then
   redis.call('HSET', key, 'h:' .. id, table.concat({dec(new_rate), dec(new_burst), int(ends), dec(prate), dec(pburst), int(pend), dec(demand)}, ':'))
 else
-  redis.call('HDEL', key, 'h:' .. id)
-  holders[id] = nil
-  for i, v in ipairs(ids) do
-    if v == id then
-      table.remove(ids, i)
-      break
-    end
-  end
+  forget()
 end
 -- The rest loses at once what the new grant takes from its capacity.
 local _, cap = rest_now()
