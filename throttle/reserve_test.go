@@ -21,6 +21,7 @@ type commandCounter struct {
 	mu        sync.Mutex
 	count     map[string]int
 	pipelines atomic.Int32
+	noscript  atomic.Int32 // script calls in pipelines that Redis answered NOSCRIPT
 }
 
 func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -44,7 +45,13 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval") {
 			c.pipelines.Add(1) // not the connection's own set-up
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				c.noscript.Add(1)
+			}
+		}
+		return err
 	}
 }
 

@@ -73,6 +73,7 @@ func TestTogetherIsOneRoundTrip(t *testing.T) {
 				}
 			}
 			counter.pipelines.Store(0)
+			counter.noscript.Store(0)
 			counter.mu.Lock()
 			counter.count = map[string]int{}
 			counter.mu.Unlock()
@@ -115,10 +116,17 @@ func TestTogetherIsOneRoundTrip(t *testing.T) {
 			counter.mu.Lock()
 			single := counter.count["evalsha"] + counter.count["eval"]
 			counter.mu.Unlock()
-			want := 0
-			if c.flush {
-				want = 2 * c.calling // NOSCRIPT: EVALSHA, then EVAL, each on its own
+			// Each script call of the pipeline that Redis answered NOSCRIPT
+			// is made again on its own: EVALSHA, then EVAL. On a shared
+			// Redis (CI's Cluster, which other packages' tests use at the
+			// same time) another process may load a script again between
+			// the flush and the pipeline, so the test counts the NOSCRIPT
+			// answers rather than assume all three; at least one must come.
+			noscript := int(counter.noscript.Load())
+			if c.flush && noscript == 0 {
+				t.Errorf("no call of the pipeline was answered NOSCRIPT after the flush")
 			}
+			want := 2 * noscript
 			if single != want {
 				t.Errorf("%d script calls on their own, want %d", single, want)
 			}
