@@ -46,6 +46,11 @@ func init() {
 		l, ok := limiter.(*Limiter)
 		return ok && l.shares != nil
 	}
+	gate.GiveBackLeased = func(limiter any, key string, n int) {
+		if l, ok := limiter.(*Limiter); ok && l.shares != nil {
+			l.shares.giveBack(key, n)
+		}
+	}
 	gate.Changeable = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)
 		return ok && l.live != nil

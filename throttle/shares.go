@@ -59,6 +59,9 @@ const (
 	// leasePad is how much more than its measured demand a process asks
 	// for, so that a growing demand is not held back until the next renewal.
 	leasePad = 1.25
+	// againMargin is how long after another's grant stops counting (on
+	// Redis's clock) a holder held below its part asks again.
+	againMargin = 5 * time.Millisecond
 	// sharesSuffix ends the Redis key of a key's shares and rest.
 	sharesSuffix = keyspace.SharesSuffix
 )
@@ -84,10 +87,17 @@ type keyShare struct {
 	// asking: this process holds or asked for a share, so its demand is
 	// counted as its own rather than the rest's
 	asking atomic.Bool
+	// unasked counts the units asked of the rest while not asking, since
+	// the last request for a share (lease.Ask.Unasked)
+	unasked atomic.Int64
 	spec   atomic.Pointer[spec] // the policy the share was granted under
 	// owned by the renewing goroutine:
 	demand float64 // units per second asked since the last renewal
 	last   int64   // when the last renewal was sent (monotonic ns)
+	due    int64   // when to ask again before the usual renewal (Grant.Again); 0: none
+	// next is when the renewing goroutine asks for this key's share next
+	// (monotonic ns), read by decisions to say when to come back
+	next atomic.Int64
 	idle   int     // renewals in a row with no demand and no share
 }
 
@@ -123,7 +133,10 @@ func (s *shares) entry(l *Limiter, key string) *keyShare {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks = s.keys[key]; ks == nil {
-		ks = &keyShare{keys: shareKeys(l, key)}
+		// First renewed a sixteenth of a lease from now: its demand by
+		// then says whether a share is worth asking for.
+		ks = &keyShare{keys: shareKeys(l, key), last: mono() - int64(s.lease/2-s.lease/16)}
+		ks.next.Store(ks.last + int64(s.lease/2))
 		s.keys[key] = ks
 	}
 	return ks
@@ -181,6 +194,9 @@ func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Resu
 	l.noteUse()
 	var d lease.Decision
 	asking := ks.asking.Load()
+	if !asking {
+		ks.unasked.Add(int64(n))
+	}
 	err = l.call(ctx, func(ctx context.Context) error {
 		var err error
 		d, err = s.store.TakeRest(ctx, ks.keys, leasePolicy(sp), n, asking)
@@ -191,6 +207,14 @@ func (s *shares) allow(ctx context.Context, l *Limiter, key string, n int) (Resu
 			return Result{Allowed: true, Limit: sp.capacity, Degraded: true, cause: err, policy: sp}, nil
 		}
 		return Result{}, l.unavailable(ctx, err)
+	}
+	if !d.Allowed && asking {
+		// This process asked for a share and holds none yet (or its share
+		// is spent): it may hold one at its next request, sooner than the
+		// rest has room.
+		if until := time.Duration(ks.next.Load()-mono()) + againMargin; until > 0 && until < d.RetryAfter {
+			d.RetryAfter = until
+		}
 	}
 	return Result{Allowed: d.Allowed, Limit: sp.capacity, Remaining: d.Remaining, RetryAfter: d.RetryAfter,
 		serverTime: d.At.UnixMicro(), policy: sp}, nil
@@ -256,12 +280,13 @@ func ceilDuration(seconds float64) time.Duration {
 	return time.Duration(math.Ceil(seconds*1e6)) * time.Microsecond
 }
 
-// renew runs until Close: every eighth of a lease it renews the shares due
-// (each every half lease), asks for one where demand has grown, gives back
+// renew runs until Close: every sixteenth of a lease it renews the shares
+// due (each every half lease, or sooner when Redis said another's grant
+// stops counting sooner), asks for one where demand has grown, gives back
 // those no longer worth holding, and forgets keys left idle.
 func (s *shares) renew(l *Limiter) {
 	defer close(s.done)
-	tick := time.NewTicker(s.lease / 8)
+	tick := time.NewTicker(s.lease / 16)
 	defer tick.Stop()
 	var due []string
 	for {
@@ -274,7 +299,7 @@ func (s *shares) renew(l *Limiter) {
 		due = due[:0]
 		s.mu.RLock()
 		for key, ks := range s.keys {
-			if now-ks.last >= int64(s.lease/2) {
+			if now-ks.last >= int64(s.lease/2) || (ks.due != 0 && now >= ks.due) {
 				due = append(due, key)
 			}
 		}
@@ -292,7 +317,7 @@ func (s *shares) renewKey(l *Limiter, key string) {
 	ks := s.keys[key]
 	s.mu.RUnlock()
 	now := mono()
-	ks.last = now
+	ks.last, ks.due = now, 0
 	// The demand of the half lease since the last renewal, unsmoothed: a
 	// share follows a change of demand at the next renewal (smoothed over
 	// renewals, a flood's end kept its share for seconds that the others
@@ -307,8 +332,8 @@ func (s *shares) renewKey(l *Limiter, key string) {
 	}
 	if sp.reservable && ks.demand >= leaseAbove {
 		l.noteUse() // the registry of names, which decisions in memory do not reach
-		ask := lease.Ask{Demand: leasePad * ks.demand, Lease: s.lease, Least: 1}
 		ks.asking.Store(true)
+		ask := lease.Ask{Demand: leasePad * ks.demand, Lease: s.lease, Least: 1, Unasked: float64(ks.unasked.Swap(0))}
 		began := l.began()
 		var g lease.Grant
 		err = l.call(ctx, func(ctx context.Context) error {
@@ -323,6 +348,15 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		}
 		ks.spec.Store(sp)
 		ks.share.Apply(g, now, mono())
+		if g.Again > 0 && g.Again < s.lease/2 {
+			// Held below its part by a grant that stops counting sooner
+			// than the next renewal: ask again just after it does.
+			ks.due = mono() + int64(g.Again+againMargin)
+		}
+		ks.next.Store(now + int64(s.lease/2))
+		if ks.due != 0 {
+			ks.next.Store(ks.due)
+		}
 		l.observe(ctx, OpShare, key, 0, began, Result{Allowed: g.Rate > 0, Limit: sp.capacity, serverTime: g.At.UnixMicro(), policy: sp}, nil)
 		return
 	}
@@ -342,6 +376,17 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		}
 	} else {
 		ks.idle = 0
+	}
+}
+
+// giveBack returns n units of key admitted in memory (a Result with
+// Leased set) to this process's share.
+func (s *shares) giveBack(key string, n int) {
+	s.mu.RLock()
+	ks := s.keys[key]
+	s.mu.RUnlock()
+	if ks != nil {
+		ks.share.Give(mono(), float64(n))
 	}
 }
 

@@ -28,6 +28,7 @@ type task struct {
 // admitted, holding leases, window reservations and meter starts that
 // come after delay, or refused is set and it holds nothing.
 type pass struct {
+	shared   []sharedTake
 	leases   []held
 	windows  []booking
 	starts   []start
@@ -111,6 +112,10 @@ const (
 	leadMeter = iota + 1
 	roomMeter
 	alongMeter
+	// leasedRate: a rule whose limiter decides from leased shares
+	// (throttle.WithLeasedShares), asked before the others, mostly in
+	// memory (see takeShares).
+	leasedRate
 )
 
 // meterRoles returns the role of each of the task's rules that is a meter;
@@ -120,6 +125,10 @@ func meterRoles(rules []*Rule) []int {
 	var meters []int
 	room, changeable := -1, -1
 	for i, r := range rules {
+		if r.limiter != nil && gate.Leased(r.limiter) {
+			roles[i] = leasedRate
+			continue
+		}
 		if r.limiter == nil || !gate.Meter(r.limiter) {
 			continue
 		}
@@ -155,12 +164,28 @@ func meterRoles(rules []*Rule) []int {
 	return roles
 }
 
-// tryPass asks every rule of the task, all at once when that takes one
-// round trip instead of several (see tryTogether), else in turn:
-// concurrency caps first, then windows, then meters. The first refusal
-// gives back everything this pass took. budget is how long the task may
-// wait inline for its start.
+// tryPass asks every rule of the task: those of leased shares first (see
+// takeShares), then the others, all at once when that takes one round
+// trip instead of several (see tryTogether), else in turn: concurrency
+// caps first, then windows, then meters. The first refusal gives back
+// everything this pass took. budget is how long the task may wait inline
+// for its start.
 func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
+	shared, degraded, refused := t.takeShares(ctx, tk, rules, roles)
+	if refused != nil {
+		return &pass{refused: refused}
+	}
+	p := t.tryRules(ctx, tk, rules, roles, budget)
+	if p.refused != nil {
+		giveBackShares(shared)
+		return p
+	}
+	p.shared, p.degraded = shared, p.degraded || degraded
+	return p
+}
+
+// tryRules asks the rules of the task other than those of leased shares.
+func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles []int, budget time.Duration) *pass {
 	if p := t.tryTogether(ctx, tk, rules, roles, budget); p != nil {
 		return p
 	}
@@ -385,6 +410,8 @@ func (p *pass) slot() time.Time {
 // the starts. Each is given back while ctx lives, and in the background
 // after it ends (throttle's Release and Cancel are bounded so).
 func (p *pass) giveBack(ctx context.Context) {
+	giveBackShares(p.shared)
+	p.shared = nil
 	for _, lease := range p.leases {
 		_ = lease.Release(ctx)
 	}

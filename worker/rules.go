@@ -41,6 +41,13 @@ type Rule struct {
 // at the policy in force (see the package documentation). With the other policies a throttled
 // task returns after the limiter's RetryAfter, spread by a random jitter
 // of up to that much again (at least 1 s, at most 30 s).
+//
+// A limiter with leased shares (throttle.WithLeasedShares) is asked before
+// the task's other rules and decides mostly in this process, without a
+// Redis call; it books nothing and has no waiting room, so a task it
+// throttles waits inline or returns after its RetryAfter, spread as above,
+// and FairBy does not apply to it. It pays where a limit is asked by many
+// tasks a second and seldom binds.
 func Rate(name string, match Matcher, limiter *throttle.Limiter, opts ...RuleOption) Rule {
 	r := Rule{name: name, match: match, limiter: limiter, bookAhead: DefaultBookAhead}
 	if limiter == nil {
@@ -95,9 +102,9 @@ func (r Rule) validate() error {
 		return fmt.Errorf("%w: rule %q has no key: say what it counts with KeyBy, such as "+
 			"KeyBy(ByPayloadField(\"tenant_id\")) for a limit per tenant, KeyBy(Constant(\"all\")) for one limit "+
 			"over all its tasks, KeyBy(ByType()) for one per task type", ErrInvalidRule, r.name)
-	case r.limiter != nil && gate.Leased(r.limiter):
-		return fmt.Errorf("%w: rule %q: its limiter decides from leased shares (throttle.WithLeasedShares), "+
-			"which the worker does not take yet; give the rule a limiter without them", ErrInvalidRule, r.name)
+	case r.fair != nil && r.limiter != nil && gate.Leased(r.limiter):
+		return fmt.Errorf("%w: rule %q: FairBy and Weights share a limit through a waiting room, which a limiter "+
+			"with leased shares (throttle.WithLeasedShares) has not; give the rule a limiter without them", ErrInvalidRule, r.name)
 	case r.fair != nil && (r.limiter == nil || !gate.Meter(r.limiter)):
 		return fmt.Errorf("%w: rule %q: FairBy and Weights apply to TokenBucket and GCRA rules only", ErrInvalidRule, r.name)
 	case r.cost != nil && r.conc != nil:

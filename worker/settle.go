@@ -26,7 +26,7 @@ func (t *Throttler) settle(ctx context.Context) {
 	backoff := 20 * time.Millisecond
 	var since time.Time
 	for {
-		err := bounded.Call(ctx, func(ctx context.Context) error { return t.client.Ping(ctx).Err() })
+		err := t.sharedPing(ctx)
 		if err == nil {
 			t.answered.Store(time.Now().UnixNano()) // the other tasks ending now need not ask
 			if !since.IsZero() {
@@ -48,6 +48,37 @@ func (t *Throttler) settle(ctx context.Context) {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// flight is one PING, shared by the tasks that settle while it is on its
+// way: a process ending many tasks at once sends one.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// sharedPing PINGs asynq's Redis, or waits for the PING already on its
+// way and returns its answer.
+func (t *Throttler) sharedPing(ctx context.Context) error {
+	t.pingMu.Lock()
+	if f := t.pinging; f != nil {
+		t.pingMu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	t.pinging = f
+	t.pingMu.Unlock()
+	f.err = bounded.Call(ctx, func(ctx context.Context) error { return t.client.Ping(ctx).Err() })
+	t.pingMu.Lock()
+	t.pinging = nil
+	t.pingMu.Unlock()
+	close(f.done)
+	return f.err
 }
 
 // settleFresh: a Throttler skips the PING when asynq's Redis answered one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,10 @@ type Throttler struct {
 	// (Unix ns).
 	sameRedis bool
 	answered  atomic.Int64
+	// pinging is settle's PING under way, which tasks settling meanwhile
+	// share (under pingMu).
+	pingMu  sync.Mutex
+	pinging *flight
 	// limiterClient is the client of the first rule's limiter; sameClient
 	// reports whether every rule's limiter uses it, so that a task's rules
 	// can be asked in one round trip (together.go). together remembers

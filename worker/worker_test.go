@@ -43,7 +43,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 		"nil weights":   {worker.Rate("r", worker.AnyTask(), limiter, worker.FairBy(worker.ByType()), worker.Weights(nil), worker.KeyBy(worker.ByType()))},
 		"no key":        {worker.Rate("r", worker.AnyTask(), limiter)},
 		"no cap key":    {worker.Concurrency("r", worker.AnyTask(), capped)},
-		"leased shares": {worker.Rate("r", worker.AnyTask(), leased, worker.KeyBy(worker.ByType()))},
+		"fair leased":   {worker.Rate("r", worker.AnyTask(), leased, worker.FairBy(worker.ByType()), worker.KeyBy(worker.ByType()))},
 		// A task waits in one rule's room: two rules that share fairly
 		// and may match one task cannot both hold.
 		"two fair":         {fair("a", worker.AnyTask()), fair("b", worker.Type("x"))},
@@ -63,6 +63,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 		"fair, other queues":   {fair("a", worker.Queue("q")), fair("b", worker.Queue("r"))},
 		"fair and not fair":    {fair("a", worker.AnyTask()), good},
 		"cap keyed explicitly": {worker.Concurrency("r", worker.AnyTask(), capped, worker.KeyBy(worker.Constant("all")))},
+		"leased shares":        {worker.Rate("r", worker.AnyTask(), leased, worker.KeyBy(worker.ByType())), good},
 	} {
 		th, err := worker.New(tg.Client, rules)
 		if err != nil {

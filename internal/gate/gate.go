@@ -251,8 +251,13 @@ var (
 	Meter func(limiter any) bool
 
 	// Leased reports whether limiter decides from leased shares
-	// (throttle.WithLeasedShares), which the worker does not serve.
+	// (throttle.WithLeasedShares): the worker asks it with AllowN, mostly
+	// in memory, and gives back with GiveBackLeased.
 	Leased func(limiter any) bool
+	// GiveBackLeased returns n units of key that limiter admitted in this
+	// process's share (a Result with Leased set) and whose task will not
+	// run now.
+	GiveBackLeased func(limiter any, key string, n int)
 	// Changeable reports whether limiter's policy may change while tasks
 	// wait for it (a named limiter reads stored policies): its tasks then
 	// wait in its room, released at the policy in force, rather than

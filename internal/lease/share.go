@@ -37,6 +37,9 @@ func (s *Share) Take(now int64, n float64) Local {
 	var d Local
 	s.mu.Lock()
 	s.asked += n
+	if s.since == 0 {
+		s.since = now // the first demand counts from the first request
+	}
 	if now < s.end {
 		d.Held = true
 		s.settle(now)
@@ -74,9 +77,10 @@ func (s *Share) settle(now int64) {
 }
 
 // Apply puts g in force at now; sent is when its request was sent. The
-// tokens are kept (cut to g's burst) while the lease in force has not
-// ended; a lease that ended leaves none, as Redis counted nothing since.
-// A grant of nothing ends the lease at once.
+// tokens are kept while the lease in force has not ended (a lease that
+// ended leaves none, as Redis counted nothing since), g's tokens are
+// added, and the whole is cut to g's burst. A grant of nothing ends the
+// lease at once.
 func (s *Share) Apply(g Grant, sent, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -90,8 +94,21 @@ func (s *Share) Apply(g Grant, sent, now int64) {
 		return
 	}
 	s.perNs, s.burst, s.full = g.Rate/1e9, g.Burst, g.Full
-	s.tokens, s.last = min(s.tokens, g.Burst), now
+	s.tokens, s.last = min(s.tokens+g.Tokens, g.Burst), now
 	s.end = sent + g.Lease.Nanoseconds()
+}
+
+// Give returns n units taken at now under the lease in force (a caller
+// that will not use them after all), never past the share's burst. With
+// no lease in force it does nothing: Redis counted nothing of the lapsed
+// lease's units.
+func (s *Share) Give(now int64, n float64) {
+	s.mu.Lock()
+	if now < s.end {
+		s.settle(now)
+		s.tokens = min(s.burst, s.tokens+n)
+	}
+	s.mu.Unlock()
 }
 
 // Stop ends the lease here at once (before its share is released).
@@ -109,7 +126,7 @@ func (s *Share) Held(now int64) bool {
 }
 
 // Demand returns the units per second asked since the last call (or the
-// first Take) and starts counting again.
+// first Take) and starts counting again. Before any Take it is 0.
 func (s *Share) Demand(now int64) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

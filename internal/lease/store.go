@@ -54,6 +54,13 @@ type Grant struct {
 	// refuses is a clump of arrivals, which the rest may take, not a demand
 	// beyond the holder's part.
 	Full bool
+	// Again, when the others' grants held this one below the holder's
+	// part, is how soon one of them stops counting: the holder's next
+	// request should come then rather than at its usual renewal. 0: none.
+	Again time.Duration
+	// Tokens are the rest's saved tokens handed over with the grant: the
+	// holder's bucket starts with them (see Share.Apply).
+	Tokens float64
 }
 
 // Decision is the rest's answer to a request of units.
@@ -110,6 +117,11 @@ type Ask struct {
 	// Least is the least burst worth a share: a share gets at least this
 	// burst when the others leave it, and none is granted otherwise.
 	Least float64
+	// Unasked is the units the holder asked of the rest without asking
+	// for a share (before its first request, typically) since its last
+	// request: they are its own demand, not that of the processes that
+	// ask for none.
+	Unasked float64
 }
 
 // Grant asks for holder's share of the key's rate. Nothing granted is a Grant
@@ -118,18 +130,22 @@ type Ask struct {
 func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a Ask) (Grant, error) {
 	rate, burst := p.args()
 	v, err := script.Run(ctx, s.client, k.list(), modeGrant, rate, burst, holder,
-		strconv.FormatFloat(a.Demand, 'f', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'f', -1, 64)).Slice()
+		strconv.FormatFloat(a.Demand, 'f', -1, 64), a.Lease.Microseconds(), strconv.FormatFloat(a.Least, 'f', -1, 64),
+		strconv.FormatFloat(a.Unasked, 'f', -1, 64)).Slice()
 	if err != nil {
 		return Grant{}, err
 	}
-	if len(v) != 4 {
+	if len(v) != 6 {
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadReply, v)
 	}
 	g := Grant{Rate: decimal(v[0]), Burst: decimal(v[1])}
 	g.Full = g.Rate > 0 && g.Rate >= a.Demand*(1-1e-9)
 	us, _ := v[2].(int64)
 	now, _ := v[3].(int64)
+	again, _ := v[4].(int64)
 	g.Lease, g.At = time.Duration(us)*time.Microsecond, time.UnixMicro(now)
+	g.Again = time.Duration(again) * time.Microsecond
+	g.Tokens = decimal(v[5])
 	return g, nil
 }
 

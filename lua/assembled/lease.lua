@@ -70,10 +70,12 @@ end
 -- makes it to its lease's end. A renewal that lowers it keeps the old grant
 -- counted until the old lease's end (the holder may go on deciding under
 -- it until the answer reaches it), a renewal that raises it counts the new
--- one at once. A holder's local bucket starts empty and keeps its tokens
--- across renewals (cut to a lower burst), so it never holds more than its
--- burst nor refills faster than its rate: the sum over holders and the rest
--- never exceeds the policy's envelope.
+-- one at once. A holder's local bucket starts with the tokens the rest
+-- hands it (those beyond the rest's capacity once the grant is out, never
+-- more than the grant's burst; none may be) and keeps its tokens across
+-- renewals (cut to a lower burst), so it never holds more than its burst
+-- nor refills faster than its rate, and no token is made twice: the sum
+-- over holders and the rest never exceeds the policy's envelope.
 --
 -- KEYS[1]  the key's lease state, a hash:
 --            at         the instant, microseconds, the rest was settled to
@@ -101,9 +103,20 @@ end
 -- ARGV[7]  grant: the least burst worth a share, units (a decimal > 0):
 --          a share gets at least this burst when the others leave it, and
 --          none is granted otherwise
+-- ARGV[8]  grant: units the holder asked of the rest, before it asked
+--          for a share, since its last request for one (a decimal >= 0):
+--          they are taken out of the rest's demand, which is the demand
+--          of processes that ask for no share
 -- Returns  take:    {allowed (0|1), remaining (whole units), retry_after_us, now_us}
---          grant:   {rate, burst, lease_us, now_us}; rate and burst are
---                   decimal strings, "0" when nothing is granted
+--          grant:   {rate, burst, lease_us, now_us, again_us}; rate and
+--                   burst are decimal strings, "0" when nothing is
+--                   granted; again_us, when the grant is less than the
+--                   holder's fair part for the others' grants still
+--                   counted, is how soon one of those stops counting (0:
+--                   none), for the holder to ask again then; given, the
+--                   rest's tokens handed to the share with the capacity it
+--                   took (a decimal string), which the holder adds to its
+--                   bucket
 --          release: {1, now_us}
 --          read:    {now_us, rest rate, rest burst, rest tokens, rest demand,
 --                   then for each holder: id, rate, burst, end_us,
@@ -321,6 +334,7 @@ end
 -- MODE_GRANT. Every holder's demand and the rest's, shared out max-min
 -- fairly: each gets what it wants up to an equal part of what is left.
 local demand, lease, least = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+asked = math.max(0, asked - tonumber(ARGV[8]))
 if now - since >= lease then
   want = asked * 1000000 / (now - since)
   asked, since = 0, now
@@ -371,12 +385,38 @@ local others_rate, others_burst = 0, 0
 for _, other in ipairs(ids) do
   if other ~= id then
     local h = holders[other]
-    others_rate = others_rate + math.max(h.rate, h.prate)
-    others_burst = others_burst + math.max(h.burst, h.pburst)
+    local r, b = 0, 0
+    if h.ends > now then
+      r, b = h.rate, h.burst
+    end
+    if h.pend > now then
+      r, b = math.max(r, h.prate), math.max(b, h.pburst)
+    end
+    others_rate, others_burst = others_rate + r, others_burst + b
   end
 end
 local rest_fair = math.min(rest_want, fair)
-local new_rate = math.max(0, math.min(target, rate - others_rate - rest_fair))
+-- A newcomer to a key wanted beyond its rate gets at most an equal part
+-- with one more party than now hold: other processes that started with
+-- it, whose demand the rest has not measured yet, would otherwise wait a
+-- lease for the first one's grant to stop counting.
+if not old and total > rate then
+  local parties = 2
+  for _, other in ipairs(ids) do
+    if other ~= id then
+      parties = parties + 1
+    end
+  end
+  target = math.min(target, rate / parties)
+end
+local free = rate - others_rate - rest_fair
+if total < rate and not old then
+  -- A newcomer gets at most half of what the others leave: their shares
+  -- were sized before it came, and the rest must keep room for those
+  -- still to come until the renewals bring all to equal parts.
+  free = math.min(free, (rate - others_rate) / 2)
+end
+local new_rate = math.max(0, math.min(target, free))
 -- The burst goes with the rate, but never below the least worth holding
 -- while the others leave that much.
 local new_burst = math.max(0, math.min(math.max(least, burst * new_rate / rate), burst - others_burst))
@@ -410,8 +450,29 @@ if ends > now or pend > now then
 else
   forget()
 end
--- The rest loses at once what the new grant takes from its capacity.
+-- Held below its part by the others' grants: the first instant one of
+-- them stops counting (a lowered grant's old end, typically).
+local again = 0
+if not small and blocked == 0 and new_rate < target * 0.99 then
+  for _, other in ipairs(ids) do
+    if other ~= id then
+      local o = holders[other]
+      for _, m in ipairs({o.ends, o.pend}) do
+        if m > now and (again == 0 or m - now < again) then
+          again = m - now
+        end
+      end
+    end
+  end
+end
+-- The rest loses at once what the new grant takes from its capacity; its
+-- tokens beyond its new capacity go with the grant (up to its burst), so
+-- that a share starts with what the rest had saved rather than empty.
 local _, cap = rest_now()
+local given = 0
+if new_rate > 0 and tokens > cap then
+  given = math.min(new_burst, tokens - cap)
+end
 tokens = math.min(tokens, cap)
 save()
-return {dec(new_rate), dec(new_burst), ends - now, now}
+return {dec(new_rate), dec(new_burst), ends - now, now, again, dec(given)}
