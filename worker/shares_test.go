@@ -2,11 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
@@ -222,4 +224,71 @@ func TestLeasedRuleCostsLittleWhenItNeverBinds(t *testing.T) {
 	}
 	t.Logf("figures: %d tasks in %s; from a quarter second on, %d of %d decisions in memory and %.3f library commands a task (%.3f over the whole run); events %v",
 		tasks, runs[len(runs)-1].At.Sub(runs[0].At), leased, all, perTask, float64(trips.n.Load())/tasks, seen.ByKind())
+}
+
+// TestLeasedUnitsGoBackWhenAnotherRuleRefuses: a task admitted in memory
+// by a rule of leased shares and then refused by a window gives its units
+// back to the share: after one task runs and three are refused, the share
+// holds one unit less than before, not four.
+func TestLeasedUnitsGoBackWhenAnotherRuleRefuses(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	// 100 units that refill at one a minute: what the share holds moves
+	// only by what the tasks take.
+	leased, err := throttle.New(tg.Client, "leased", throttle.GCRA{Rate: throttle.PerMinute(1), Burst: 100},
+		throttle.WithPrefix(tg.Prefix), throttle.WithLeasedShares(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leased.Close(ctx) })
+	window, err := throttle.New(tg.Client, "window", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Rate("leased", worker.AnyTask(), leased, worker.KeyBy(worker.Constant("all"))),
+		worker.Rate("window", worker.AnyTask(), window, worker.KeyBy(worker.Constant("all"))),
+	})
+	// Demand enough for a share: ten units asked over a tenth of a second,
+	// then wait for the share to come.
+	for range 10 {
+		if _, err := leased.Allow(ctx, "all"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var before throttle.Result
+	for deadline := time.Now().Add(5 * time.Second); !before.Leased; {
+		if time.Now().After(deadline) {
+			t.Fatal("no share within 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if before, err = leased.Peek(ctx, "all"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	var ran, refused int
+	for range 4 {
+		err := h.ProcessTask(ctx, asynq.NewTask("job", nil))
+		var throttled *worker.ThrottledError
+		switch {
+		case err == nil:
+			ran++
+		case errors.As(err, &throttled) && throttled.Rule == "window":
+			refused++
+		default:
+			t.Fatalf("a task returned %v; want it run, or throttled by the window", err)
+		}
+	}
+	after, err := leased.Peek(ctx, "all")
+	if err != nil || !after.Leased {
+		t.Fatalf("after the tasks: %+v, %v; want the share still held", after, err)
+	}
+	if ran != 1 || refused != 3 {
+		t.Fatalf("%d ran and %d were refused; want 1 and 3", ran, refused)
+	}
+	if before.Remaining-after.Remaining != 1 {
+		t.Errorf("the share held %d units before and %d after one task ran and three were refused; want one less", before.Remaining, after.Remaining)
+	}
 }
