@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ func fleetMain(args []string) error {
 	scale := fs.Float64("scale", 1, "fraction of each scenario's tasks to run (0.25 for a quick look)")
 	idleFor := fs.Duration("idle", 3*time.Second, "how long each fleet is watched at rest before its tasks are enqueued")
 	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
+	rounds := fs.Int("rounds", 1, "times each fleet runs, the library and plain asynq alternated, for the median ratio of their throughputs")
 	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
 	_ = fs.Parse(args)
 	var ns []int
@@ -78,24 +80,63 @@ func fleetMain(args []string) error {
 		sc.tasks = max(sc.tenants, int(float64(sc.tasks)**scale))
 		fmt.Printf("%s: %s; %d tasks over %d tenants, handlers of %s\n", sc.name, sc.about, sc.tasks, sc.tenants, sc.work)
 		var rows []fleetRow
+		var ratios []string
 		for _, n := range ns {
-			for _, plain := range []bool{false, true} {
-				if plain && !*withPlain {
-					continue
+			var lib, bare []float64
+			for round := range max(1, *rounds) {
+				// Alternated, so that a drift of the machine falls on both.
+				order := []bool{false, true}
+				if round%2 == 1 {
+					order = []bool{true, false}
 				}
-				res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, *poll)
-				if err != nil {
-					return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
+				for _, plain := range order {
+					if plain && !*withPlain {
+						continue
+					}
+					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, *poll)
+					if err != nil {
+						return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
+					}
+					row := res.row(sc, n, plain)
+					rows = append(rows, row)
+					idles = append(idles, res.atRest(n, plain, sc.name))
+					if plain {
+						bare = append(bare, row.overall)
+					} else {
+						lib = append(lib, row.overall)
+					}
 				}
-				rows = append(rows, res.row(sc, n, plain))
-				idles = append(idles, res.atRest(n, plain, sc.name))
+			}
+			if len(bare) == len(lib) && len(lib) > 0 {
+				ratios = append(ratios, throughputRatio(n, lib, bare))
 			}
 		}
 		printFleetRows(os.Stdout, sc, rows)
+		for _, r := range ratios {
+			fmt.Println(r)
+		}
 		fmt.Println()
 	}
 	printIdleRows(os.Stdout, idles)
 	return nil
+}
+
+// throughputRatio says how the library's fleet of n processes compared
+// with plain asynq's: each round's ratio of their tasks a second, and the
+// median of those.
+func throughputRatio(n int, lib, bare []float64) string {
+	var each []float64
+	var parts []string
+	for i := range lib {
+		each = append(each, lib[i]/bare[i])
+		parts = append(parts, fmt.Sprintf("%.2f", lib[i]/bare[i]))
+	}
+	slices.Sort(each)
+	median := each[len(each)/2]
+	if len(each)%2 == 0 {
+		median = (each[len(each)/2-1] + each[len(each)/2]) / 2
+	}
+	return fmt.Sprintf("  N=%d: tasks a second with the library / plain asynq, round by round: %s; median %.2f×", n, strings.Join(parts, ", "), median)
 }
 
 // fleetEvent is a line a worker process printed.

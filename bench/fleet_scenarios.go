@@ -41,6 +41,22 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "noop-never-binds", about: "GCRA far above the load (100,000/s per tenant), handlers that return at once",
+		tasks: 20_000, tenants: 4,
+		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
+			l, err := throttle.New(rdb, "far-above", throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100})
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
+		},
+	},
+	{
+		name: "noop-never-binds-leased", about: "the same with leased shares (throttle.WithLeasedShares)",
+		tasks: 20_000, tenants: 4,
+		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {
+			l, err := throttle.New(rdb, "far-above-leased", throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 100}, throttle.WithLeasedShares(0))
+			return []worker.Rule{worker.Rate("tenant", fleetTask, l, byTenant)}, err
+		},
+	},
+	{
 		name: "mixed-never-binds", about: "a cap, a window and a GCRA per tenant, all far above the load",
 		tasks: 400, tenants: 4, work: 5 * time.Millisecond,
 		rules: func(rdb redis.UniversalClient) ([]worker.Rule, error) {

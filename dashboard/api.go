@@ -270,7 +270,11 @@ func (h *Handler) apiKey(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"now": now.UnixMilli(), "limiter": v, "state": s, "bookings": bookings, "actions": h.cfg.token != ""}, nil
+		shares, err := h.shares(ctx, v, key, s.Policy)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"now": now.UnixMilli(), "limiter": v, "state": s, "bookings": bookings, "shares": shares, "actions": h.cfg.token != ""}, nil
 	})
 }
 

@@ -92,5 +92,6 @@ func TestReadAPIMatchesItsDocs(t *testing.T) {
 	check("GET api/key?name=NAME&key=KEY", key)
 	check("A key", key["state"].(map[string]any))
 	check("Bookings", key["bookings"].(map[string]any))
+	check("Shares", key["shares"].(map[string]any))
 	check("GET api/series?name=NAME[&key=KEY][&since=UNIX]", get("series?"+q("name", "partner-api")))
 }

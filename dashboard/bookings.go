@@ -55,8 +55,8 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 	if err != nil || rd == nil || rd.rate == nil {
 		return b, err
 	}
-	if alg := v.Algorithm; alg != "gcra" && alg != "tb" {
-		return b, nil
+	if alg := v.Algorithm; (alg != "gcra" && alg != "tb") || v.Leased {
+		return b, nil // a limiter with leased shares books nothing either
 	}
 	b.Meter = true
 	state := rd.rate.Key(caller)

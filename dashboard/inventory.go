@@ -86,6 +86,7 @@ func (inv *inventory) keys(ctx context.Context) (map[string]*limiterKeys, error)
 // with its policy.
 type reader struct {
 	policy string // what it was built with, to notice a change
+	leased bool   // with leased shares (WithLeasedShares), to notice a change
 	rate   *throttle.Limiter
 	conc   *throttle.ConcurrencyLimiter
 }
@@ -95,7 +96,7 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	if rd := inv.readers[v.Name]; rd != nil && rd.policy == policy {
+	if rd := inv.readers[v.Name]; rd != nil && rd.policy == policy && rd.leased == v.Leased {
 		return rd, nil
 	}
 	rd, err := inv.newReader(v)
@@ -109,7 +110,7 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 // the one stored for it; nil when neither is known.
 func (inv *inventory) newReader(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
-	rd := &reader{policy: policy}
+	rd := &reader{policy: policy, leased: v.Leased}
 	opts := []throttle.Option{throttle.WithPrefix(inv.h.cfg.prefix), throttle.WithLogger(slog.New(slog.DiscardHandler)),
 		keyspace.Inspecting.(throttle.Option)}
 	client := inv.h.client
@@ -127,6 +128,10 @@ func (inv *inventory) newReader(v limiterView) (*reader, error) {
 		p, perr := throttle.ParsePolicy(policy)
 		if perr != nil {
 			return nil, perr
+		}
+		if v.Leased {
+			// Reads the rest the shares leave; holds no share itself.
+			opts = append(opts, throttle.WithLeasedShares(0))
 		}
 		rd.rate, err = throttle.New(client, v.Name, p, opts...)
 	}

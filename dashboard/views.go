@@ -43,6 +43,10 @@ type limiterView struct {
 	// as the registry of names says; a stored policy of a limiter that is
 	// not live is shown but not in force.
 	Live bool `json:"live"`
+	// Leased: its processes decide from leased shares
+	// (throttle.WithLeasedShares), as the registry of names says; a key's
+	// state is then the rest the shares leave.
+	Leased bool `json:"leased"`
 	// Rules are the worker's rules that use the limiter, by name, as the
 	// registry of names says.
 	Rules      []string `json:"rules"`
@@ -115,7 +119,7 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 		}
 		form := entry.Policy
 		v := get(name)
-		v.Live, v.Rules, v.registered = entry.Live, entry.Rules, true
+		v.Live, v.Leased, v.Rules, v.registered = entry.Live, entry.Leased, entry.Rules, true
 		v.CodePolicy = cmp.Or(v.CodePolicy, form)
 		if v.Algorithm == "" {
 			v.Algorithm, _, _ = strings.Cut(form, ":") // before its keys are found

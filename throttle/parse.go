@@ -212,6 +212,8 @@ func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 		info.Kind = keyspace.KeyBlock
 	case suffix == keyspace.TicketsSuffix:
 		info.Kind = keyspace.KeyTickets
+	case suffix == keyspace.SharesSuffix:
+		info.Kind = keyspace.KeyShares
 	case strings.HasPrefix(suffix, keyspace.TicketInfix):
 		info.Kind = keyspace.KeyTicket
 		info.Ticket, ok = keyspace.Unescape(suffix[len(keyspace.TicketInfix):])
@@ -225,8 +227,8 @@ func parseKey(prefix, key string) (keyspace.KeyInfo, error) {
 	if info.Concurrency() && info.Kind != keyspace.KeyState {
 		return keyspace.KeyInfo{}, notLimiterKey(key, "a concurrency limiter keeps no %s keys", info.Kind)
 	}
-	if (info.Kind == keyspace.KeyTicket || info.Kind == keyspace.KeyTickets) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
-		return keyspace.KeyInfo{}, notLimiterKey(key, "%s keeps no tickets", kindName(info.Algorithm))
+	if (info.Kind == keyspace.KeyTicket || info.Kind == keyspace.KeyTickets || info.Kind == keyspace.KeyShares) && info.Algorithm != "gcra" && info.Algorithm != "tb" {
+		return keyspace.KeyInfo{}, notLimiterKey(key, "%s keeps no %s keys", kindName(info.Algorithm), info.Kind)
 	}
 	return info, nil
 }

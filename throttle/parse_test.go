@@ -209,6 +209,19 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 			want[found{id, "booked", keyspace.KeyTickets}] = true
 		}
 	}
+	// A limiter with leased shares keeps its keys' state in their shares'
+	// key (decided by the rest here: no process holds a share yet).
+	leased, err := throttle.New(tg.Client, "leased", throttle.GCRA{Rate: throttle.PerHour(10), Burst: 5},
+		throttle.WithPrefix(tg.Prefix), throttle.WithLeasedShares(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leased.Close(ctx) })
+	limiters[leased.Name()] = leased
+	for _, caller := range callers {
+		allowN(t, leased, caller, 1)
+		want[found{leased.Name(), caller, keyspace.KeyShares}] = true
+	}
 	conc := newConcurrency(t, tg.Client, tg.Prefix, parseConcurrencies[0])
 	lease, _, err := conc.Acquire(ctx, "exports{1}")
 	if err != nil || lease == nil {
@@ -235,6 +248,8 @@ func TestParseKeyReadsWhatTheLibraryWrote(t *testing.T) {
 			rebuilt += ":block"
 		case keyspace.KeyTickets:
 			rebuilt += ":tickets"
+		case keyspace.KeyShares:
+			rebuilt += ":shares"
 		case keyspace.KeyTicket:
 			if info.Ticket != "task{7}%" {
 				t.Errorf("ParseKey(%q): ticket %q", key, info.Ticket)
@@ -296,6 +311,7 @@ func TestParseKeyRejects(t *testing.T) {
 		"throttle:api@gcra:{x}:t:a{b",                       // unescaped ticket
 		"throttle:api@gcra:{x}:block:x",                     // block with more
 		"throttle:api@fw:{x}:t:task",                        // windows keep no tickets
+		"throttle:api@fw:{x}:shares",                        // nor shares
 		"throttle:api@lb:{x}:t:task",                        // nor does the leaky bucket
 		"throttle:pool@conc:{x}:block",                      // nor blocks for concurrency
 		"throttle:worker:task:{task-1}",                     // the worker's give-up counter

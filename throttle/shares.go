@@ -77,6 +77,7 @@ type shares struct {
 	start  sync.Once
 	stop   chan struct{}
 	done   chan struct{}
+	fresh  chan struct{} // a key was first used: ask for its share soon
 	closed atomic.Bool
 }
 
@@ -90,7 +91,7 @@ type keyShare struct {
 	// unasked counts the units asked of the rest while not asking, since
 	// the last request for a share (lease.Ask.Unasked)
 	unasked atomic.Int64
-	spec   atomic.Pointer[spec] // the policy the share was granted under
+	spec    atomic.Pointer[spec] // the policy the share was granted under
 	// owned by the renewing goroutine:
 	demand float64 // units per second asked since the last renewal
 	last   int64   // when the last renewal was sent (monotonic ns)
@@ -98,7 +99,7 @@ type keyShare struct {
 	// next is when the renewing goroutine asks for this key's share next
 	// (monotonic ns), read by decisions to say when to come back
 	next atomic.Int64
-	idle   int     // renewals in a row with no demand and no share
+	idle int // renewals in a row with no demand and no share
 }
 
 // monoBase anchors the monotonic clock Shares run on.
@@ -118,6 +119,7 @@ func newShares(l *Limiter, d time.Duration) *shares {
 		keys:   map[string]*keyShare{},
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
+		fresh:  make(chan struct{}, 1),
 	}
 }
 
@@ -133,10 +135,14 @@ func (s *shares) entry(l *Limiter, key string) *keyShare {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ks = s.keys[key]; ks == nil {
-		// First renewed a sixteenth of a lease from now: its demand by
-		// then says whether a share is worth asking for.
-		ks = &keyShare{keys: shareKeys(l, key), last: mono() - int64(s.lease/2-s.lease/16)}
+		// First renewed firstAsk from now: its demand by then says
+		// whether a share is worth asking for.
+		ks = &keyShare{keys: shareKeys(l, key), last: mono() - int64(s.lease/2-s.firstAsk())}
 		ks.next.Store(ks.last + int64(s.lease/2))
+		select {
+		case s.fresh <- struct{}{}:
+		default:
+		}
 		s.keys[key] = ks
 	}
 	return ks
@@ -150,13 +156,30 @@ func shareKeys(l *Limiter, key string) lease.Keys {
 
 // leasePolicy is sp's rate and burst as the lease script takes them.
 func leasePolicy(sp *spec) lease.Policy {
-	switch p := sp.policy.(type) {
+	p, _ := leasePolicyOf(sp.policy)
+	return p
+}
+
+// leasePolicyOf is p's rate and burst as the lease script takes them;
+// false for a policy that leases nothing.
+func leasePolicyOf(p Policy) (lease.Policy, bool) {
+	switch p := p.(type) {
 	case TokenBucket:
-		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}, true
 	case GCRA:
-		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
+		return lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}, true
 	}
-	return lease.Policy{}
+	return lease.Policy{}, false
+}
+
+func init() {
+	lease.PolicyOf = func(policy string) (lease.Policy, bool) {
+		p, err := ParsePolicy(policy)
+		if err != nil {
+			return lease.Policy{}, false
+		}
+		return leasePolicyOf(p)
+	}
 }
 
 // allow decides n units for key: in memory under this process's share
@@ -280,19 +303,26 @@ func ceilDuration(seconds float64) time.Duration {
 	return time.Duration(math.Ceil(seconds*1e6)) * time.Microsecond
 }
 
-// renew runs until Close: every sixteenth of a lease it renews the shares
-// due (each every half lease, or sooner when Redis said another's grant
-// stops counting sooner), asks for one where demand has grown, gives back
-// those no longer worth holding, and forgets keys left idle.
+// renew runs until Close: every sixteenth of a lease, and firstAsk after
+// a key's first decision, it renews the shares due (each every half
+// lease, or sooner when Redis said another's grant stops counting
+// sooner), asks for one where demand has grown, gives back those no
+// longer worth holding, and forgets keys left idle.
 func (s *shares) renew(l *Limiter) {
 	defer close(s.done)
 	tick := time.NewTicker(s.lease / 16)
 	defer tick.Stop()
+	first := time.NewTimer(time.Hour)
+	defer first.Stop()
 	var due []string
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-s.fresh:
+			first.Reset(s.firstAsk() + time.Millisecond)
+			continue
+		case <-first.C:
 		case <-tick.C:
 		}
 		now := mono()
@@ -309,6 +339,11 @@ func (s *shares) renew(l *Limiter) {
 		}
 	}
 }
+
+// firstAsk is how long after its first decision a key's share is first
+// asked for: long enough to measure its demand, short enough that little
+// of it goes to Redis meanwhile.
+func (s *shares) firstAsk() time.Duration { return max(10*time.Millisecond, s.lease/64) }
 
 // renewKey renews key's share, asks for one, gives it back or forgets the
 // key, as its demand says.

@@ -110,7 +110,8 @@ const settleLimit = 30 * time.Second
 // asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
 // task, skipped when that Redis answered within the last 100 ms: a PING of
 // the Throttler's, or its rules' answers, refusals included, when every
-// rule's limiter uses the client given to New. asynq writes a task's
+// rule's limiter uses the client given to New; tasks that end while a
+// PING is on its way share its answer. asynq writes a task's
 // outcome once, when the handler returns; without this, a task that ends
 // while Redis is down stays active until its lease runs out and then runs
 // again, or is archived if it had no retries left. The client given to

@@ -181,7 +181,7 @@ func TestLeasedRuleHoldsTheRateAcrossAFleet(t *testing.T) {
 // servers run 3,000 tasks (handlers that return at once) under one GCRA
 // far above the load (100,000/s, burst 1,000) with leased shares. Every
 // task runs exactly once and none is throttled. A key is decided in Redis
-// until its first share comes, a sixteenth of a lease (94 ms) after its
+// until its first share comes, a 64th of a lease (23 ms) after its
 // first decision; from a quarter second on, at most 1% of the decisions
 // are made in Redis, and all the processes' commands to Redis through the
 // library's clients (renewals, the PINGs before asynq records an

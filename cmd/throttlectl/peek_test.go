@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +336,12 @@ func TestThrottlectlPeekShowsLeasedShares(t *testing.T) {
 		t.Errorf("peek's table shows no shares:\n%s", r.stdout)
 	}
 	t.Logf("figures: %s", strings.TrimSpace(r.stdout))
+	// top --all finds the key by its shares' key, and reads the rest.
+	top := c.ok("top", "--all")
+	if !slices.ContainsFunc(strings.Split(top.stdout, "\n"), func(line string) bool {
+		f := strings.Fields(line)
+		return len(f) > 2 && f[0] == "k" && f[1] == "leased-peek" && f[2] == "gcra:100/1s:10"
+	}) {
+		t.Errorf("top does not list the leased key:\n%s", top.stdout)
+	}
 }

@@ -161,25 +161,11 @@ func (l *limiter) readWaiting(ctx context.Context, s *state) error {
 
 // readShares reads the shares leased of s's key and their rest into s.
 func (l *limiter) readShares(ctx context.Context, s *state) error {
-	p, err := throttle.ParsePolicy(s.policy)
-	if err != nil {
-		return err
+	st, ok, err := lease.ReadKey(ctx, l.client, s.redisKey, s.policy)
+	if ok {
+		s.shares = &st
 	}
-	var lp lease.Policy
-	switch p := p.(type) {
-	case throttle.GCRA:
-		lp = lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
-	case throttle.TokenBucket:
-		lp = lease.Policy{Rate: float64(p.Rate.N) / p.Rate.Per.Seconds(), Burst: p.Burst}
-	default:
-		return nil // a stored policy of another kind: no shares
-	}
-	st, err := lease.NewStore(l.client).Read(ctx, lease.Keys{State: s.redisKey + keyspace.SharesSuffix, Block: s.redisKey + keyspace.BlockSuffix}, lp)
-	if err != nil {
-		return err
-	}
-	s.shares = &st
-	return nil
+	return err
 }
 
 // present reports whether s, just peeked, has anything in Redis: its state

@@ -169,12 +169,20 @@
     document.querySelectorAll("#act [data-rate]").forEach((e) => { e.hidden = cap; });
     pairs.push(["Admitted, 15 min", String(s.admitted)], ["Held back, 15 min", String(s.heldBack)]);
     facts($("state"), pairs);
+    const sh = v.shares || { holders: [] }, holders = sh.holders || [];
+    $("shares-section").hidden = !sh.leased;
+    if (sh.leased) {
+      $("shares-note").textContent = (holders.length === 0 ? "No process holds a share of this key's rate" :
+        holders.length + " process" + (holders.length === 1 ? " holds a share" : "es hold shares") + " of this key's rate, and decide within them in memory") +
+        "; Redis decides the rest for the others: " + fmtRate(sh.restRatePerSecond) + "/s, burst " + sh.restBurst.toFixed(2) + " (" + sh.restTokens.toFixed(2) + " left). The state above is the rest's.";
+      fill($("shares").tBodies[0], holders.map((hd) => [hd.holder, num(fmtRate(hd.ratePerSecond) + "/s"), num(hd.burst.toFixed(2)), num(fmtMs(hd.leaseEndsInMs)), num(fmtRate(hd.askedPerSecond) + "/s")]));
+    }
     const b = v.bookings, tickets = b.tickets || [];
-    $("ahead").textContent = !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
+    $("ahead").textContent = v.limiter.leased ? "A limiter with leased shares books nothing ahead." : !b.meter ? "Only TokenBucket and GCRA keys book ahead." :
       "Capacity taken for the next " + fmtMs(b.aheadMs) + "; " + tickets.length + " ticket" + (tickets.length === 1 ? "" : "s") + " booked; " + b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " in the waiting room.";
     fill($("bookings").tBodies[0], tickets.map((t) => [t.ticket, isoTime(t.untilMs), num(fmtMs(t.inMs))]));
     const flows = b.flows || [];
-    $("room").textContent = !b.meter ? "Only TokenBucket and GCRA keys have a waiting room." : b.waiting === 0 ? "No task waits in this key's waiting room." :
+    $("room").textContent = v.limiter.leased ? "A limiter with leased shares has no waiting room." : !b.meter ? "Only TokenBucket and GCRA keys have a waiting room." : b.waiting === 0 ? "No task waits in this key's waiting room." :
       b.waiting + " task" + (b.waiting === 1 ? "" : "s") + " wait; the last is expected to start in " + fmtMs(b.expectedWaitMs) + ", at the policy in force.";
     fill($("waiting").tBodies[0], flows.map((f) => [f.flow, num(String(f.waiting)), num(String(f.first)), num(fmtMs(f.expectedWaitMs))]));
   }

@@ -158,11 +158,16 @@ const (
 	// KeyTickets holds the generation of a caller key's tickets,
 	// "…:tickets": Reset deletes it, and every ticket with it.
 	KeyTickets
+	// KeyShares holds a caller key's leased shares and their rest
+	// (WithLeasedShares), "…:shares": the state of a limiter that leases.
+	KeyShares
 )
 
-// String returns "state", "block", "ticket" or "tickets".
+// String returns "state", "block", "ticket", "tickets" or "shares".
 func (k KeyKind) String() string {
 	switch k {
+	case KeyShares:
+		return "shares"
 	case KeyState:
 		return "state"
 	case KeyBlock:

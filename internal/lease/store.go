@@ -6,8 +6,10 @@
 //
 // How the envelope holds. A grant is a rate and a burst, counted in Redis
 // from the moment the script makes it to its lease's end (a lowered grant's
-// predecessor until the old end). A [Share] starts empty, refills at its
-// grant's rate up to its burst, and stops deciding at the moment its
+// predecessor until the old end). A [Share] starts with the tokens the
+// rest handed over with the grant (taken from the rest, never more than the
+// grant's burst), refills at its grant's rate up to its burst, and stops
+// deciding at the moment its
 // request was sent plus the lease, before Redis stops counting it. So at
 // every instant the shares in use are at most the grants counted, and
 // these with the rest at most the policy's rate and burst.
@@ -20,6 +22,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/scripts"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/redis/go-redis/v9"
@@ -32,6 +35,29 @@ type Keys struct {
 }
 
 func (k Keys) list() []string { return []string{k.State, k.Block} }
+
+// KeysOf returns the Redis keys of the shares of the limiter key stateKey
+// (what Limiter.Key returns for a caller key).
+func KeysOf(stateKey string) Keys {
+	return Keys{State: stateKey + keyspace.SharesSuffix, Block: stateKey + keyspace.BlockSuffix}
+}
+
+// PolicyOf reads a policy in its short form ("gcra:10/1s:5") as the lease
+// script takes it; false for a policy that leases nothing (not a
+// TokenBucket or GCRA). Package throttle sets it.
+var PolicyOf func(policy string) (Policy, bool)
+
+// ReadKey reads the shares of the limiter key stateKey under policy, in
+// its short form, for the operator's tools; false, and nothing read, when
+// the policy leases nothing.
+func ReadKey(ctx context.Context, client redis.Scripter, stateKey, policy string) (State, bool, error) {
+	p, ok := PolicyOf(policy)
+	if !ok {
+		return State{}, false, nil
+	}
+	st, err := NewStore(client).Read(ctx, KeysOf(stateKey), p)
+	return st, err == nil, err
+}
 
 // Policy is the rate and burst a key's grants and rest share.
 type Policy struct {
