@@ -51,7 +51,7 @@ func sharesMain(args []string) error {
 	fmt.Printf("# Leased shares, %s\n\nredis-server %s at %s; %d CPUs; cells of %s; shifting demand over %s.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), version, *addr, numCPU(), *cell, *shift)
 
-	b := sharesBench{addr: *addr, prefix: prefix}
+	b := sharesBench{addr: *addr, prefix: prefix, admin: admin}
 	if *cell <= 0 {
 		return b.shifting(*shift)
 	}
@@ -70,7 +70,8 @@ func sharesMain(args []string) error {
 // sharesBench holds what the sections share.
 type sharesBench struct {
 	addr, prefix string
-	n            int // names limiters apart between cells
+	n            int           // names limiters apart between cells
+	admin        *redis.Client // reads Redis's clock
 }
 
 // calls counts the commands a client sends.
@@ -364,6 +365,10 @@ func (b *sharesBench) shifting(total time.Duration) error {
 	}
 	ps := b.processes(kinds()[2], 8, throttle.GCRA{Rate: throttle.PerSecond(2000), Burst: 200})
 	key := b.prefix + "shifting"
+	redisFrom, err := b.admin.Time(context.Background()).Result()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	end := start.Add(total)
 	dead := map[int]bool{}
@@ -383,6 +388,12 @@ func (b *sharesBench) shifting(total time.Duration) error {
 		return d
 	}, start, end)
 	closeAll(ps)
+	redisTo, err := b.admin.Time(context.Background()).Result()
+	if err != nil {
+		return err
+	}
+	local := time.Since(start)
+	drift := (redisTo.Sub(redisFrom).Seconds() - local.Seconds()) / local.Seconds() * 1e6
 	fmt.Println("## Shifting demand, eight processes with leased shares, one key of 2,000/s (burst 200)")
 	fmt.Println()
 	fmt.Printf("Six phases of %s; leases of 1.5 s. Each row is one second on this process's clock; the last column is what was admitted in it against the least of the limit and the demand.\n\n", phase)
@@ -405,6 +416,8 @@ func (b *sharesBench) shifting(total time.Duration) error {
 	}
 	fmt.Printf("\nMost admitted in any 1 s: %d (the policy allows 2,200: 2,000 and the burst). %d decisions, %.4f Redis calls per decision.\n",
 		mostInSecond(admitted), decisions, float64(made)/float64(decisions))
+	fmt.Printf("\nClocks: over the run's %.1f s, Redis's clock (TIME) ran %+.1f ppm against this process's monotonic clock, which times each lease here (%.3f ms over a lease of 1.5 s; a share stops here one round trip before Redis stops counting it).\n",
+		local.Seconds(), drift, drift*1.5e-3)
 	return nil
 }
 

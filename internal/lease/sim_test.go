@@ -38,6 +38,7 @@ type simConfig struct {
 // driven miniredis clock is the processes' clock).
 type simResult struct {
 	admitted []time.Duration   // every admission, in order
+	byProc   []int             // admissions of each process
 	byPhase  []int             // admissions in each phase's second half
 	askedIn  []int             // units asked in each phase's second half
 	checks   int               // states read and checked
@@ -80,7 +81,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 	ewma := make([]float64, procs)
 	asking := make([]bool, procs) // asked for a share: its demand is its own
 	var inflight []*pending
-	res := simResult{byPhase: make([]int, len(cfg.phases)), askedIn: make([]int, len(cfg.phases)), grants: map[string]string{}}
+	res := simResult{byPhase: make([]int, len(cfg.phases)), askedIn: make([]int, len(cfg.phases)), byProc: make([]int, procs), grants: map[string]string{}}
 	start := time.Unix(1_800_000_000, 0)
 	const step = time.Millisecond
 	key := Keys{State: "lease:{sim}", Block: "lease:{sim}:block"}
@@ -166,6 +167,7 @@ func simulate(t *testing.T, cfg simConfig) simResult {
 					res.local++
 				}
 				if ok {
+					res.byProc[proc]++
 					res.admitted = append(res.admitted, at)
 					if secondHalf {
 						res.byPhase[ph]++

@@ -418,8 +418,22 @@ if total < rate and not old then
 end
 local new_rate = math.max(0, math.min(target, free))
 -- The burst goes with the rate, but never below the least worth holding
--- while the others leave that much.
-local new_burst = math.max(0, math.min(math.max(least, burst * new_rate / rate), burst - others_burst))
+-- while the others leave that much. While another party wants units and
+-- has no burst (a holder granted nothing, or processes asking the rest),
+-- the least stays with the rest: else a key whose burst is all held (a
+-- burst of 1, say) would admit nobody else. Such a key ends up decided in
+-- Redis, as without leases.
+local keep = 0
+if rest_want > 0 then
+  keep = least
+end
+for _, other in ipairs(ids) do
+  local o = holders[other]
+  if other ~= id and o.demand > 0 and o.burst <= 0 then
+    keep = least
+  end
+end
+local new_burst = math.max(0, math.min(math.max(least, burst * new_rate / rate), burst - others_burst - keep))
 if new_burst < least or new_rate <= 0 or small or blocked > 0 then
   new_rate, new_burst = 0, 0
 end
