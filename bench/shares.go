@@ -414,6 +414,33 @@ func (b *sharesBench) shifting(total time.Duration) error {
 		}
 		fmt.Printf("| %d | %d | %.0f | %d | %.1f%% |\n", s, i+1, demand, counts[s], 100*float64(counts[s])/min(2000, demand))
 	}
+	// Back to 95%: from when on, in half-second steps, every half second
+	// of the phase admitted at least 95% of what the limit and demand allow.
+	fmt.Println()
+	for i := range demands {
+		from, to := start.Add(time.Duration(i)*phase), start.Add(time.Duration(i+1)*phase)
+		demand := 0.0
+		for _, d := range demands[i] {
+			demand += max(0, d)
+		}
+		want := 0.95 * min(2000, demand) / 2
+		steps := int(phase / (500 * time.Millisecond))
+		halves := make([]int, steps)
+		for _, t := range admitted {
+			if !t.Before(from) && t.Before(to) {
+				halves[int(t.Sub(from)/(500*time.Millisecond))]++
+			}
+		}
+		back := steps
+		for k := steps - 1; k >= 0 && float64(halves[k]) >= want; k-- {
+			back = k
+		}
+		if back == steps {
+			fmt.Printf("Phase %d: not back to 95%% within the phase.\n", i+1)
+			continue
+		}
+		fmt.Printf("Phase %d: every half second at 95%% or more of %.0f/s from %.1f s after its start.\n", i+1, min(2000, demand), float64(back)/2)
+	}
 	fmt.Printf("\nMost admitted in any 1 s: %d (the policy allows 2,200: 2,000 and the burst). %d decisions, %.4f Redis calls per decision.\n",
 		mostInSecond(admitted), decisions, float64(made)/float64(decisions))
 	fmt.Printf("\nClocks: over the run's %.1f s, Redis's clock (TIME) ran %+.1f ppm against this process's monotonic clock, which times each lease here (%.3f ms over a lease of 1.5 s; a share stops here one round trip before Redis stops counting it).\n",

@@ -383,6 +383,9 @@ func (s *shares) renewKey(l *Limiter, key string) {
 		}
 		ks.spec.Store(sp)
 		ks.share.Apply(g, now, mono())
+		// Wanting too little for a share, its requests are the rest's
+		// demand, which the others' shares leave room for.
+		ks.asking.Store(!g.Small)
 		if g.Again > 0 && g.Again < s.lease/2 {
 			// Held below its part by a grant that stops counting sooner
 			// than the next renewal: ask again just after it does.

@@ -87,6 +87,11 @@ type Grant struct {
 	// Tokens are the rest's saved tokens handed over with the grant: the
 	// holder's bucket starts with them (see Share.Apply).
 	Tokens float64
+	// Small reports a holder that wants too little for a share while the
+	// key is wanted beyond its rate: its demand is not kept as its own, and
+	// its requests of the rest count as the rest's demand (TakeRest's
+	// holder false).
+	Small bool
 }
 
 // Decision is the rest's answer to a request of units.
@@ -144,9 +149,10 @@ type Ask struct {
 	// burst when the others leave it, and none is granted otherwise.
 	Least float64
 	// Unasked is the units the holder asked of the rest without asking
-	// for a share (before its first request, typically) since its last
-	// request: they are its own demand, not that of the processes that
-	// ask for none.
+	// for a share (before its first request, or while it wanted too
+	// little for one) since its last request: unless it still wants too
+	// little, they are its own demand, not that of the processes that ask
+	// for none.
 	Unasked float64
 }
 
@@ -161,7 +167,7 @@ func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a As
 	if err != nil {
 		return Grant{}, err
 	}
-	if len(v) != 6 {
+	if len(v) != 7 {
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadReply, v)
 	}
 	g := Grant{Rate: decimal(v[0]), Burst: decimal(v[1])}
@@ -172,6 +178,8 @@ func (s *Store) Grant(ctx context.Context, k Keys, holder string, p Policy, a As
 	g.Lease, g.At = time.Duration(us)*time.Microsecond, time.UnixMicro(now)
 	g.Again = time.Duration(again) * time.Microsecond
 	g.Tokens = decimal(v[5])
+	registered, _ := v[6].(int64)
+	g.Small = registered == 0
 	return g, nil
 }
 

@@ -103,20 +103,24 @@ end
 -- ARGV[7]  grant: the least burst worth a share, units (a decimal > 0):
 --          a share gets at least this burst when the others leave it, and
 --          none is granted otherwise
--- ARGV[8]  grant: units the holder asked of the rest, before it asked
---          for a share, since its last request for one (a decimal >= 0):
---          they are taken out of the rest's demand, which is the demand
---          of processes that ask for no share
+-- ARGV[8]  grant: units the holder asked of the rest without asking for
+--          a share (before its first request, or while it wanted too
+--          little for one) since its last request (a decimal >= 0): unless
+--          it still wants too little, they are taken out of the rest's
+--          demand, the demand of processes that ask for no share, measured
+--          over a quarter of a lease
 -- Returns  take:    {allowed (0|1), remaining (whole units), retry_after_us, now_us}
---          grant:   {rate, burst, lease_us, now_us, again_us}; rate and
---                   burst are decimal strings, "0" when nothing is
---                   granted; again_us, when the grant is less than the
---                   holder's fair part for the others' grants still
---                   counted, is how soon one of those stops counting (0:
---                   none), for the holder to ask again then; given, the
---                   rest's tokens handed to the share with the capacity it
---                   took (a decimal string), which the holder adds to its
---                   bucket
+--          grant:   {rate, burst, lease_us, now_us, again_us, given,
+--                   registered}; rate and burst are decimal strings, "0"
+--                   when nothing is granted; again_us, when the grant is
+--                   less than the holder's fair part for the others'
+--                   grants still counted, is how soon one of those stops
+--                   counting (0: none), for the holder to ask again then;
+--                   given, the rest's tokens handed to the share with the
+--                   capacity it took (a decimal string), which the holder
+--                   adds to its bucket; registered, 1 when the holder's
+--                   demand is kept as its own, 0 when it wants too little
+--                   for a share and its demand is the rest's
 --          release: {1, now_us}
 --          read:    {now_us, rest rate, rest burst, rest tokens, rest demand,
 --                   then for each holder: id, rate, burst, end_us,
@@ -247,7 +251,8 @@ local function next_change()
   return first
 end
 
--- The rest's demand: units asked of it, measured over at least lease_min.
+-- The rest's demand: units asked of it, measured over at least a quarter
+-- of a lease (a grant measures it).
 local asked, since = tonumber(state.asked or 0), tonumber(state.since or now)
 local want = tonumber(state.want or 0)
 
@@ -334,8 +339,7 @@ end
 -- MODE_GRANT. Every holder's demand and the rest's, shared out max-min
 -- fairly: each gets what it wants up to an equal part of what is left.
 local demand, lease, least = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-asked = math.max(0, asked - tonumber(ARGV[8]))
-if now - since >= lease then
+if now - since >= lease / 4 then
   want = asked * 1000000 / (now - since)
   asked, since = 0, now
 end
@@ -379,6 +383,11 @@ end
 -- between its arrivals, rate the others could have used. It asks the rest,
 -- whose part covers its demand.
 local small = total > rate and demand < fair / 2
+if not small then
+  -- Its requests of the rest while it asked for no share are its own
+  -- demand from now on, no longer the rest's.
+  asked = math.max(0, asked - tonumber(ARGV[8]))
+end
 -- What the others hold over the new lease (a lowered grant counts until
 -- its old end) and the rest's fair part are not the holder's to take.
 local others_rate, others_burst = 0, 0
@@ -489,4 +498,8 @@ if new_rate > 0 and tokens > cap then
 end
 tokens = math.min(tokens, cap)
 save()
-return {dec(new_rate), dec(new_burst), ends - now, now, again, dec(given)}
+local registered = 1
+if small then
+  registered = 0
+end
+return {dec(new_rate), dec(new_burst), ends - now, now, again, dec(given), registered}
