@@ -1,8 +1,6 @@
 package dashboard_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -10,7 +8,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jobthrottle/jobthrottle/dashboard"
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
@@ -59,15 +56,7 @@ func TestEveryRuleCountsItsTenantsInBrowser(t *testing.T) {
 		}
 	}
 
-	h, err := dashboard.New(tg.Client, dashboard.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.StripPrefix("/ops", h))
-	t.Cleanup(srv.Close)
-	b := startBrowser(t, chromium)
-
-	b.run(t, "load the overview", chromedp.Navigate(srv.URL+"/ops/"))
+	b, base := openDashboard(t, chromium, tg, "")
 	rows := waitFor(t, b, "both limiters in #limiters with their rules",
 		`[...document.querySelectorAll("#limiters tbody tr")].map(tr => [...tr.children].slice(0, 5).map(td => td.textContent).join("|"))`,
 		func(rows []string) bool {
@@ -92,7 +81,7 @@ func TestEveryRuleCountsItsTenantsInBrowser(t *testing.T) {
 		}
 		return m
 	}
-	b.run(t, "load the per-tenant limiter's page", chromedp.Navigate(srv.URL+"/ops/limiter?"+url.Values{"name": {"partner-tenant"}}.Encode()))
+	b.run(t, "load the per-tenant limiter's page", chromedp.Navigate(base+"limiter?"+url.Values{"name": {"partner-tenant"}}.Encode()))
 	perTenant := waitFor(t, b, "12 admitted for each tenant in #keys", admitted, func(rows []string) bool {
 		m := counts(rows)
 		return len(m) == 3 && m["acme"] == each && m["globex"] == each && m["initech"] == each
@@ -102,7 +91,7 @@ func TestEveryRuleCountsItsTenantsInBrowser(t *testing.T) {
 	if policy = strings.Join(strings.Fields(policy), " "); !strings.Contains(policy, "Used by rules tenant") {
 		t.Errorf("the per-tenant limiter's #policy does not name its rule: %q", policy)
 	}
-	b.run(t, "load the overall limiter's page", chromedp.Navigate(srv.URL+"/ops/limiter?"+url.Values{"name": {"partner-overall"}}.Encode()))
+	b.run(t, "load the overall limiter's page", chromedp.Navigate(base+"limiter?"+url.Values{"name": {"partner-overall"}}.Encode()))
 	overall := waitFor(t, b, "36 admitted for the overall key in #keys", admitted, func(rows []string) bool {
 		return counts(rows)["all"] == len(tenants)*each
 	})

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -145,15 +143,7 @@ func TestKeyPageShowsLeasedSharesInBrowser(t *testing.T) {
 	}
 	tg := redistest.New(t)
 	leasingFleet(t, tg)
-	h, err := dashboard.New(tg.Client, dashboard.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.StripPrefix("/ops", h))
-	t.Cleanup(srv.Close)
-	b := startBrowser(t, chromium)
-	page := srv.URL + "/ops/key?" + url.Values{"name": {"partner-api"}, "key": {"acme"}}.Encode()
-	b.run(t, "load the key's page", chromedp.Navigate(page))
+	b, _ := openDashboard(t, chromium, tg, keyPage("partner-api", "acme"))
 	rows := waitFor(t, b, "two shares in #shares",
 		`[...document.querySelectorAll("#shares tbody tr")].map(tr => [...tr.children].map(td => td.textContent).join("|"))`,
 		func(rows []string) bool { return len(rows) == 2 })

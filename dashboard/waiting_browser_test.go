@@ -35,15 +35,7 @@ func TestKeyPageShowsTheWaitingRoomInBrowser(t *testing.T) {
 			f.Enqueue(t, "partner:sync", map[string]string{"tenant": tenant})
 		}
 	}
-	h, err := dashboard.New(tg.Client, dashboard.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.StripPrefix("/ops", h))
-	t.Cleanup(srv.Close)
-	b := startBrowser(t, chromium)
-	page := srv.URL + "/ops/key?" + url.Values{"name": {"partner-overall"}, "key": {"all"}}.Encode()
-	b.run(t, "load the key's page", chromedp.Navigate(page))
+	b, _ := openDashboard(t, chromium, tg, keyPage("partner-overall", "all"))
 	rows := waitFor(t, b, "three tenants in #waiting",
 		`[...document.querySelectorAll("#waiting tbody tr")].map(tr => [...tr.children].map(td => td.textContent).join("|"))`,
 		func(rows []string) bool { return len(rows) == 3 })
@@ -65,4 +57,26 @@ func TestKeyPageShowsTheWaitingRoomInBrowser(t *testing.T) {
 		t.Errorf("#room says %q", note)
 	}
 	b.check(t) // no dialog, no exception
+}
+
+// openDashboard serves a dashboard of tg's keys under /ops, opens page
+// (relative to it: "" for the overview) in headless Chromium, and returns
+// the browser and the dashboard's base URL.
+func openDashboard(t *testing.T, chromium string, tg *redistest.Target, page string) (*browser, string) {
+	t.Helper()
+	h, err := dashboard.New(tg.Client, dashboard.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.StripPrefix("/ops", h))
+	t.Cleanup(srv.Close)
+	b := startBrowser(t, chromium)
+	base := srv.URL + "/ops/"
+	b.run(t, "load "+base+page, chromedp.Navigate(base+page))
+	return b, base
+}
+
+// keyPage is the dashboard's page of the limiter name's key.
+func keyPage(name, key string) string {
+	return "key?" + url.Values{"name": {name}, "key": {key}}.Encode()
 }

@@ -336,14 +336,7 @@ end
 local others_rate, others_burst = 0, 0
 for _, other in ipairs(ids) do
   if other ~= id then
-    local h = holders[other]
-    local r, b = 0, 0
-    if h.ends > now then
-      r, b = h.rate, h.burst
-    end
-    if h.pend > now then
-      r, b = math.max(r, h.prate), math.max(b, h.pburst)
-    end
+    local r, b = counted(holders[other], now)
     others_rate, others_burst = others_rate + r, others_burst + b
   end
 end
@@ -353,13 +346,7 @@ local rest_fair = math.min(rest_want, fair)
 -- it, whose demand the rest has not measured yet, would otherwise wait a
 -- lease for the first one's grant to stop counting.
 if not old and total > rate then
-  local parties = 2
-  for _, other in ipairs(ids) do
-    if other ~= id then
-      parties = parties + 1
-    end
-  end
-  target = math.min(target, rate / parties)
+  target = math.min(target, rate / (#ids + 2)) -- ids does not hold it yet
 end
 local free = rate - others_rate - rest_fair
 if total < rate and not old then

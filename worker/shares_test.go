@@ -124,6 +124,23 @@ func (c *leasedCount) sinceWarm() (all, leased, trips int64) {
 	return c.all.Load() - c.atAll, c.leased.Load() - c.atLeased, c.trips.n.Load() - c.atTrips
 }
 
+// runAll enqueues n tasks of type sync at once, waits until all have run,
+// and checks that each ran exactly once and none was archived or failed.
+func runAll(t *testing.T, f *asynqtest.Fleet, log *asynqtest.RunLog, n int) []asynqtest.Run {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, f.Enqueue(t, "sync", map[string]int{"n": i}))
+	}
+	info := f.WaitDone(t, log, n, 60*time.Second)
+	runs := log.Snapshot()
+	asynqtest.CheckOnce(t, runs, ids)
+	if info.Archived != 0 || info.Failed != 0 {
+		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
+	}
+	return runs
+}
+
 // leasedStartJitter is how many more starts than the policy allows a
 // window of handler starts may hold: admissions are made in memory on
 // each process's clock, and a handler starts a moment after its
@@ -146,16 +163,7 @@ func TestLeasedRuleHoldsTheRateAcrossAFleet(t *testing.T) {
 	var seen admitTimes
 	f, trips, _ := leasedFleet(t, tg, 3, throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 5}, &log, &seen)
 	const tasks = 400
-	var ids []string
-	for i := range tasks {
-		ids = append(ids, f.Enqueue(t, "sync", map[string]int{"n": i}))
-	}
-	info := f.WaitDone(t, &log, tasks, 60*time.Second)
-	runs := log.Snapshot()
-	asynqtest.CheckOnce(t, runs, ids)
-	if info.Archived != 0 || info.Failed != 0 {
-		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
-	}
+	runs := runAll(t, f, &log, tasks)
 	most := asynqtest.MostInAnyWindow(runs, time.Second)
 	if most > 50+5+leasedStartJitter {
 		t.Errorf("%d starts within one second; the policy allows 55 (50/s and a burst of 5), %d more for start jitter", most, leasedStartJitter)
@@ -196,16 +204,7 @@ func TestLeasedRuleCostsLittleWhenItNeverBinds(t *testing.T) {
 	var seen asynqtest.Events
 	f, trips, decisions := leasedFleet(t, tg, 3, throttle.GCRA{Rate: throttle.PerSecond(100_000), Burst: 1000}, &log, &seen)
 	const tasks = 3000
-	var ids []string
-	for i := range tasks {
-		ids = append(ids, f.Enqueue(t, "sync", map[string]int{"n": i}))
-	}
-	info := f.WaitDone(t, &log, tasks, 60*time.Second)
-	runs := log.Snapshot()
-	asynqtest.CheckOnce(t, runs, ids)
-	if info.Archived != 0 || info.Failed != 0 {
-		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
-	}
+	runs := runAll(t, f, &log, tasks)
 	if n := seen.Count(worker.WaitedInline) + seen.Count(worker.Rescheduled); n > 0 {
 		t.Errorf("%d tasks throttled under a limit far above the load", n)
 		for _, e := range seen.All() {
