@@ -38,7 +38,15 @@ func fleetMain(args []string) error {
 	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
 	rounds := fs.Int("rounds", 1, "times each fleet runs, the library and plain asynq alternated, for the median ratio of their throughputs")
 	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
+	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by the keys they touch (see libraryOnly)")
 	_ = fs.Parse(args)
+	var childEnv []string
+	if *poll != "" {
+		childEnv = append(childEnv, childPoll+"="+*poll)
+	}
+	if *oneClient {
+		childEnv = append(childEnv, childOneClient+"=1")
+	}
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -93,7 +101,7 @@ func fleetMain(args []string) error {
 					if plain && !*withPlain {
 						continue
 					}
-					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, *poll)
+					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, childEnv)
 					if err != nil {
 						return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
 					}
@@ -168,8 +176,9 @@ type fleetResult struct {
 
 // runFleet starts n worker processes of sc (plain: without the
 // middleware), watches them at rest, enqueues sc's tasks into a paused
-// queue, lets them go and waits until every task has run.
-func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, poll string) (fleetResult, error) {
+// queue, lets them go and waits until every task has run. childEnv is
+// added to each worker process's environment.
+func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, childEnv []string) (fleetResult, error) {
 	var res fleetResult
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		return res, err
@@ -211,9 +220,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		if plain {
 			c.Env = append(c.Env, childPlain+"=1")
 		}
-		if poll != "" {
-			c.Env = append(c.Env, childPoll+"="+poll)
-		}
+		c.Env = append(c.Env, childEnv...)
 		c.Stderr = os.Stderr
 		in, err := c.StdinPipe()
 		if err != nil {

@@ -24,6 +24,8 @@ const (
 	// "<TaskCheckInterval>,<DelayedTaskCheckInterval>" for asynq's Config;
 	// unset: what Configure sets (or asynq's defaults, plain)
 	childPoll = "JT_FLEET_POLL"
+	// "1": asynq, the Throttler and its limiters share one client
+	childOneClient = "JT_FLEET_ONE_CLIENT"
 )
 
 // fleetQueue is the one queue the fleet's tasks go to.
@@ -33,8 +35,10 @@ const fleetQueue = "fleet"
 // (Concurrency 10) whose handler reports each start ("S <unix ns>
 // <tenant>") and end ("D") on stdout, behind the scenario's rules unless
 // plain. The library's limiters and Throttler use a client of their own,
-// so that their round trips are counted apart from asynq's; "count" on
-// stdin prints them, and the PINGs among them ("R <n> <pings>"). It stops when stdin ends.
+// so that their round trips are counted apart from asynq's, or, with
+// JT_FLEET_ONE_CLIENT=1, asynq's client, their round trips told apart by
+// the keys they touch (counter.libraryOnly); "count" on stdin prints them,
+// and the PINGs among them ("R <n> <pings>"). It stops when stdin ends.
 func fleetChild() int {
 	sc, ok := scenarioNamed(os.Getenv(childScenario))
 	if !ok {
@@ -45,6 +49,9 @@ func fleetChild() int {
 	asynqRDB := redis.NewClient(&redis.Options{Addr: addr})
 	libRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	trips := &counter{}
+	if os.Getenv(childOneClient) == "1" {
+		asynqRDB, trips.libraryOnly = libRDB, true
+	}
 	libRDB.AddHook(trips)
 	var detail *tally
 	if os.Getenv("JT_FLEET_DETAIL") == "1" {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,12 +16,17 @@ import (
 // counter counts the round trips a client makes: commands and pipelines,
 // but for those go-redis sends itself when it opens a connection (HELLO,
 // CLIENT SETINFO, AUTH, SELECT), which its callers do not ask for.
-type counter struct{ n, pings atomic.Int64 }
+// With libraryOnly it counts only the library's on a client it shares with
+// asynq (see ofLibrary).
+type counter struct {
+	n, pings    atomic.Int64
+	libraryOnly bool
+}
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !connectionSetup(cmd) {
+		if !connectionSetup(cmd) && (!c.libraryOnly || ofLibrary(cmd)) {
 			c.n.Add(1)
 		}
 		if cmd.Name() == "ping" {
@@ -29,11 +37,38 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || !connectionSetup(cmds[0]) {
+		if len(cmds) == 0 || !connectionSetup(cmds[0]) && (!c.libraryOnly || slices.ContainsFunc(cmds, ofLibrary)) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// ofLibrary tells the library's commands from asynq's on a client both
+// use: a PING (asynq sends one only when its server starts), or a command
+// whose first key is not one of asynq's ("asynq:..."): the library's
+// scripts take their own keys first, also those that move an asynq task.
+// A script's first key follows its count of keys; another command's is its
+// first argument. A hand-over's enqueue (asynq's own script) counts as
+// asynq's.
+func ofLibrary(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	name := cmd.Name()
+	if name == "ping" {
+		return true
+	}
+	first := 1
+	if strings.HasPrefix(name, "eval") {
+		first = 3
+		if len(args) < 3 || fmt.Sprint(args[2]) == "0" {
+			return false
+		}
+	}
+	if len(args) <= first {
+		return false
+	}
+	key, ok := args[first].(string)
+	return ok && !strings.HasPrefix(key, "asynq:")
 }
 
 // connectionSetup reports a command go-redis sends when it opens a
