@@ -325,7 +325,6 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 		if !rel.OK {
 			return rel.Due
 		}
-		t.noteAnswer()
 		if d.prepared == nil {
 			d.prepared = map[roomID][]*gate.Prepared{}
 		}

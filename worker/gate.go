@@ -203,9 +203,6 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 		if err != nil {
 			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
-		if got == nil || !got.(*throttle.Lease).Degraded() {
-			t.noteAnswer() // in line, parked or admitted, Redis answered
-		}
 		if got == nil {
 			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead, parked: parked}
 			p.giveBack(ctx)
@@ -266,9 +263,6 @@ func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*R
 		req.BookAhead = budget // outside an asynq server: wait inline
 	}
 	s, err := gate.StartOn(ctx, r.limiter, req)
-	if err == nil {
-		t.noteAnswer() // refused or admitted, Redis answered
-	}
 	switch {
 	case err != nil:
 		return refuse(r, key, unavailableBackoff, waitOrRetry, err)
@@ -324,7 +318,6 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	if err != nil {
 		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
 	}
-	t.noteAnswer() // refused or admitted, Redis answered
 	defer func() {
 		if r := p.refused; r != nil && r.how == enterRoom && got.Entered {
 			r.entered, r.waiters, r.lease = true, got.Waiters, got.Lease

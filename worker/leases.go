@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/throttle"
@@ -61,34 +60,26 @@ func (t *Throttler) watchLeases(ctx context.Context, tk *task, p *pass) (running
 
 // giveBackLeases releases the pass's leases once the handler has ended,
 // however it ended; bookings were used and stay. Each release is waited
-// for while ctx lives, and finishes in the background after it ends. It
-// reports whether Redis answered every release. Several leases on one
-// client (client, nil when they are not) are released in one round trip.
-func (p *pass) giveBackLeases(ctx context.Context, client any) bool {
+// for while ctx lives, and finishes in the background after it ends.
+// Several leases on one client (client, nil when they are not) are
+// released in one round trip.
+func (p *pass) giveBackLeases(ctx context.Context, client any) {
 	if len(p.leases) == 1 || client == nil {
-		answered := true
 		for _, lease := range p.leases {
-			if err := lease.Release(ctx); err != nil || lease.Degraded() {
-				answered = false
-			}
+			_ = lease.Release(ctx)
 		}
-		return answered
+		return
 	}
 	// Several caps on one client: released in one round trip.
 	together, done := gate.Together(ctx, client, len(p.leases))
-	var answered atomic.Bool
-	answered.Store(true)
 	var wg sync.WaitGroup
 	for _, lease := range p.leases {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer done()
-			if err := lease.Release(together); err != nil || lease.Degraded() {
-				answered.Store(false)
-			}
+			_ = lease.Release(together)
 		}()
 	}
 	wg.Wait()
-	return answered.Load()
 }

@@ -79,7 +79,6 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
 		r.entered, r.waiters, r.lease = true, size, lease
-		t.noteAnswer()
 	}
 	t.heardOfLease(r.rule, r.key, r.lease)
 	eligible := time.Now().Add(r.leadWait)
@@ -156,7 +155,6 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
 			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
 		}
-		t.noteAnswer() // parked: Redis answered
 	}
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)

@@ -18,7 +18,7 @@ import (
 // here closes that gap to the time between the answer and asynq's write.
 // It gives up when ctx ends, or after settleLimit.
 func (t *Throttler) settle(ctx context.Context) {
-	if !t.cfg.settle || t.answeredWithin(settleFresh) {
+	if !t.cfg.settle || t.answers.Within(settleFresh) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleLimit)
@@ -28,7 +28,6 @@ func (t *Throttler) settle(ctx context.Context) {
 	for {
 		err := t.sharedPing(ctx)
 		if err == nil {
-			t.answered.Store(time.Now().UnixNano()) // the other tasks ending now need not ask
 			if !since.IsZero() {
 				t.logger().LogAttrs(ctx, slog.LevelInfo, "worker: redis answers again; handing the task's outcome to asynq",
 					slog.Duration("waited", time.Since(since)))
@@ -81,24 +80,11 @@ func (t *Throttler) sharedPing(ctx context.Context) error {
 	return f.err
 }
 
-// settleFresh: a Throttler skips the PING when asynq's Redis answered one
-// of its calls this recently (a PING of settle's own, or a decision of its
-// rules when they decide there): it is up.
+// settleFresh: a Throttler skips the PING when the client given to New
+// had an answer from Redis this recently, whoever asked (asynq's polls
+// and writes, the rules' decisions when their limiters use that client, a
+// PING of settle's own): it is up.
 const settleFresh = 100 * time.Millisecond
-
-// noteAnswer records that asynq's Redis answered a call of the Throttler,
-// when its rules decide there.
-func (t *Throttler) noteAnswer() {
-	if t.sameRedis {
-		t.answered.Store(time.Now().UnixNano())
-	}
-}
-
-// answeredWithin reports whether asynq's Redis answered within d.
-func (t *Throttler) answeredWithin(d time.Duration) bool {
-	last := t.answered.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < d
-}
 
 // settleLimit is asynq's lease on a task being processed (30 s in
 // v0.26): once it has run out without a heartbeat reaching Redis, asynq
@@ -108,10 +94,11 @@ const settleLimit = 30 * time.Second
 // WithSettle chooses whether a task waits, once its handler has returned
 // or it was throttled, until Redis answers before its outcome goes back to
 // asynq, for at most 30 s, asynq's lease on a task. It costs one PING per
-// task, skipped when that Redis answered within the last 100 ms: a PING of
-// the Throttler's, or its rules' answers, refusals included, when every
-// rule's limiter uses the client given to New; tasks that end while a
-// PING is on its way share its answer. asynq writes a task's
+// task, skipped when the client given to New had an answer from Redis
+// within the last 100 ms, whoever asked: asynq's own polls and writes
+// when asynq uses that client, as it should, its rules' decisions when
+// their limiters use it, a PING of the Throttler's. Tasks that end while
+// a PING is on its way share its answer. asynq writes a task's
 // outcome once, when the handler returns; without this, a task that ends
 // while Redis is down stays active until its lease runs out and then runs
 // again, or is archived if it had no retries left. The client given to

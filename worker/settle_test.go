@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSettleWaitsForRedis: a handler ends while Redis is down, 200 ms after
@@ -62,4 +64,73 @@ func TestSettleWaitsForRedis(t *testing.T) {
 			t.Fatal("the middleware still waits 10s after Redis came back")
 		}
 	}
+}
+
+// TestSettleTrustsAsynqsOwnAnswers: asynq polls its queues through the
+// Throttler's client while workers are free (every 50-150 ms with
+// Configure's 100 ms). Those answers say Redis is up as well as a PING
+// would, so a task ending 300 ms after its decision (whose answer is too
+// old) mostly needs no PING of its own. The rule decides on another
+// client, so its answers do not count; each task ends alone, so tasks
+// share no PING. Before settle counted asynq's answers, every task sent one.
+func TestSettleTrustsAsynqsOwnAnswers(t *testing.T) {
+	const tasks = 10
+	tg := redistest.New(t)
+	client := tg.NewClient(t)
+	pings := &pingCounter{}
+	client.AddHook(pings)
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100})
+	th, err := worker.New(client, []worker.Rule{worker.Rate("r", worker.Type("t"), limiter, worker.KeyBy(worker.ByType()))},
+		worker.WithPrefix(tg.Prefix), worker.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := "q-settle-" + tg.Prefix[len(tg.Prefix)-9:len(tg.Prefix)-1]
+	srv := th.NewServer(asynq.Config{Concurrency: 10, Queues: map[string]int{queue: 1}, LogLevel: asynq.FatalLevel, ShutdownTimeout: 3 * time.Second})
+	t.Cleanup(srv.Shutdown)
+	ended := make(chan struct{}, tasks)
+	if err := srv.Start(th.Middleware(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		time.Sleep(300 * time.Millisecond)
+		ended <- struct{}{}
+		return nil
+	}))); err != nil {
+		t.Fatal(err)
+	}
+	enqueuer := asynq.NewClientFromRedisClient(tg.NewClient(t))
+	inspector := asynq.NewInspectorFromRedisClient(tg.NewClient(t))
+	t.Cleanup(func() { _ = inspector.DeleteQueue(queue, true) })
+	before := pings.n.Load()
+	for range tasks {
+		if _, err := enqueuer.Enqueue(asynq.NewTask("t", nil), asynq.Queue(queue)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a task did not end within 10s")
+		}
+	}
+	got := pings.n.Load() - before
+	t.Logf("figures: %s: %d PINGs for %d tasks ending 300 ms after their decisions", tg.Kind, got, tasks)
+	if got > tasks/2 {
+		t.Errorf("%d PINGs for %d tasks: asynq's own answers on the client did not count", got, tasks)
+	}
+}
+
+// pingCounter counts the PINGs sent through a client.
+type pingCounter struct{ n atomic.Int64 }
+
+func (*pingCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pingCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "ping" {
+			p.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*pingCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -37,9 +37,6 @@ func (t *Throttler) takeShares(ctx context.Context, tk *task, rules []*Rule, rol
 			continue
 		}
 		res, err := r.limiter.AllowN(ctx, tk.keys[i], tk.costs[i])
-		if err == nil && !res.Leased && !res.Degraded {
-			t.noteAnswer() // decided in Redis, which answered
-		}
 		if err != nil || !res.Allowed {
 			giveBackShares(taken)
 			if err != nil {

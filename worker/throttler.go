@@ -30,11 +30,12 @@ type Throttler struct {
 	// TaskCheckInterval as Configure saw them.
 	forwarder, poll atomic.Int64
 	dispatch        dispatcher
-	// sameRedis: every rule decides on client, asynq's Redis, so an answer
-	// to a decision says that Redis is up; answered is when the last came
-	// (Unix ns).
+	// sameRedis: every rule decides on client, asynq's Redis, so a
+	// release can move a task in asynq's queues in its own call.
 	sameRedis bool
-	answered  atomic.Int64
+	// answers is when client last had an answer from Redis, whoever asked
+	// (settle.go).
+	answers *redisclient.Answers
 	// pinging is settle's PING under way, which tasks settling meanwhile
 	// share (under pingMu).
 	pingMu  sync.Mutex
@@ -101,7 +102,8 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			return nil, err
 		}
 	}
-	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true, sameClient: true}
+	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true, sameClient: true,
+		answers: redisclient.AnswersOf(client)}
 	for i, r := range rules {
 		var l any = r.limiter
 		if r.conc != nil {

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -99,9 +98,6 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 				p.degraded = p.degraded || res.Degraded
 			}
 		}
-	}
-	if !p.degraded && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
-		t.noteAnswer() // refused or admitted, Redis answered
 	}
 	switch {
 	case !capsOK:
