@@ -50,6 +50,10 @@ func fleetChild() int {
 	libRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	trips := &counter{}
 	if os.Getenv(childOneClient) == "1" {
+		if err := loadLibrarySHAs(); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet child:", err)
+			return 1
+		}
 		asynqRDB, trips.libraryOnly = libRDB, true
 	}
 	libRDB.AddHook(trips)

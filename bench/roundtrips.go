@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
+	"io/fs"
+	"os"
+	"path"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,30 +50,57 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // ofLibrary tells the library's commands from asynq's on a client both
-// use: a PING (asynq sends one only when its server starts), or a command
-// whose first key is not one of asynq's ("asynq:..."): the library's
-// scripts take their own keys first, also those that move an asynq task.
-// A script's first key follows its count of keys; another command's is its
-// first argument. A hand-over's enqueue (asynq's own script) counts as
-// asynq's.
+// use: a PING (asynq sends one only when its server starts), a script of
+// the library's (by its SHA1, see librarySHAs: the worker's return lane
+// touches asynq's keys alone), or another command whose first key is not
+// one of asynq's ("asynq:..."). A hand-over's enqueue (asynq's own script)
+// counts as asynq's.
 func ofLibrary(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	name := cmd.Name()
-	if name == "ping" {
+	switch name := cmd.Name(); {
+	case name == "ping":
 		return true
+	case name == "evalsha" || name == "evalsha_ro":
+		return len(args) > 1 && librarySHAs[fmt.Sprint(args[1])]
+	case name == "eval" || name == "eval_ro":
+		return len(args) > 1 && librarySHAs[fmt.Sprintf("%x", sha1.Sum([]byte(fmt.Sprint(args[1]))))]
 	}
-	first := 1
-	if strings.HasPrefix(name, "eval") {
-		first = 3
-		if len(args) < 3 || fmt.Sprint(args[2]) == "0" {
-			return false
-		}
-	}
-	if len(args) <= first {
+	if len(args) < 2 {
 		return false
 	}
-	key, ok := args[first].(string)
+	key, ok := args[1].(string)
 	return ok && !strings.HasPrefix(key, "asynq:")
+}
+
+// librarySHAs holds the SHA1 of every Redis script of the library, as
+// Redis runs them: the limiters' (package lua) and the worker's, read from
+// ../worker/lua/assembled (the benchmark runs in bench/). Filled by
+// loadLibrarySHAs.
+var librarySHAs = map[string]bool{}
+
+// loadLibrarySHAs fills librarySHAs.
+func loadLibrarySHAs() error {
+	add := func(fsys fs.FS, dir string) error {
+		entries, err := fs.ReadDir(fsys, dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+			if err != nil {
+				return err
+			}
+			librarySHAs[fmt.Sprintf("%x", sha1.Sum(body))] = true
+		}
+		return nil
+	}
+	if err := add(lua.Scripts, "assembled"); err != nil {
+		return err
+	}
+	if err := add(os.DirFS(".."), "worker/lua/assembled"); err != nil {
+		return fmt.Errorf("the worker's scripts (run the benchmark in bench/): %w", err)
+	}
+	return nil
 }
 
 // connectionSetup reports a command go-redis sends when it opens a
