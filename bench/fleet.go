@@ -38,7 +38,7 @@ func fleetMain(args []string) error {
 	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
 	rounds := fs.Int("rounds", 1, "times each fleet runs, the library and plain asynq alternated, for the median ratio of their throughputs")
 	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
-	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by the keys they touch (see libraryOnly)")
+	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
 	_ = fs.Parse(args)
 	var childEnv []string
 	if *poll != "" {

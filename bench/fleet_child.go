@@ -37,7 +37,7 @@ const fleetQueue = "fleet"
 // plain. The library's limiters and Throttler use a client of their own,
 // so that their round trips are counted apart from asynq's, or, with
 // JT_FLEET_ONE_CLIENT=1, asynq's client, their round trips told apart by
-// the keys they touch (counter.libraryOnly); "count" on stdin prints them,
+// their scripts and keys (ofLibrary); "count" on stdin prints them,
 // and the PINGs among them ("R <n> <pings>"). It stops when stdin ends.
 func fleetChild() int {
 	sc, ok := scenarioNamed(os.Getenv(childScenario))

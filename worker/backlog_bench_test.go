@@ -17,16 +17,21 @@ import (
 
 // roundTrips counts the round trips a client makes to Redis: each command
 // but a connection's set-up (HELLO, CLIENT), and each pipeline; with
-// scripts, only those that run scripts (EVALSHA, EVAL).
+// scripts, only those that run scripts (EVALSHA, EVAL); with only, only
+// the commands of that name (as go-redis names them: "ping").
 type roundTrips struct {
 	n       atomic.Int64
 	scripts bool
+	only    string
 }
 
 // counts reports whether a round trip that starts with cmd is counted.
 func (c *roundTrips) counts(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	if c.scripts {
+	switch {
+	case c.only != "":
+		return name == c.only
+	case c.scripts:
 		return name == "evalsha" || name == "eval"
 	}
 	return name != "hello" && name != "client"
@@ -43,7 +48,7 @@ func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !c.scripts || (len(cmds) > 0 && c.counts(cmds[0])) {
+		if !c.scripts && c.only == "" || (len(cmds) > 0 && c.counts(cmds[0])) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmds)

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestSettleWaitsForRedis: a handler ends while Redis is down, 200 ms after
@@ -77,7 +75,7 @@ func TestSettleTrustsAsynqsOwnAnswers(t *testing.T) {
 	const tasks = 10
 	tg := redistest.New(t)
 	client := tg.NewClient(t)
-	pings := &pingCounter{}
+	pings := &roundTrips{only: "ping"}
 	client.AddHook(pings)
 	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1000), Burst: 100})
 	th, err := worker.New(client, []worker.Rule{worker.Rate("r", worker.Type("t"), limiter, worker.KeyBy(worker.ByType()))},
@@ -115,22 +113,4 @@ func TestSettleTrustsAsynqsOwnAnswers(t *testing.T) {
 	if got > tasks/2 {
 		t.Errorf("%d PINGs for %d tasks: asynq's own answers on the client did not count", got, tasks)
 	}
-}
-
-// pingCounter counts the PINGs sent through a client.
-type pingCounter struct{ n atomic.Int64 }
-
-func (*pingCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (p *pingCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "ping" {
-			p.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (*pingCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
