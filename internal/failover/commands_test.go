@@ -72,7 +72,9 @@ func TestCommandsTakeSentinels(t *testing.T) {
 	}
 	replicated(t, s.master, s.replica)
 	s.master.kill()
-	waitUntil(t, 30*time.Second, "the replica was not promoted", func() bool { return s.replica.role(t) == "master" })
+	// A new process asks the Sentinels for the master: wait until they name
+	// the promoted replica, as an operator would see them do.
+	waitUntil(t, 30*time.Second, "the Sentinels did not announce the promoted replica", func() bool { return s.announced(t) })
 	if after := peek(); !throttled(after) {
 		t.Fatalf("throttlectl peek after the failover:\n%s\nbefore it:\n%s", after, before)
 	}

@@ -372,6 +372,24 @@ func (s *sentinels) addrs() []string {
 	return out
 }
 
+// announced reports whether the replica is a master and every Sentinel
+// names it as the master. Sentinel promotes the replica first and announces
+// it after, so a new client can still be sent to the old master between the
+// two.
+func (s *sentinels) announced(t testing.TB) bool {
+	t.Helper()
+	if s.replica.role(t) != "master" {
+		return false
+	}
+	for _, n := range s.sentinels {
+		v, err := n.do(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName).StringSlice()
+		if err != nil || len(v) != 2 || net.JoinHostPort(v[0], v[1]) != s.replica.addr {
+			return false
+		}
+	}
+	return true
+}
+
 // client returns go-redis's Sentinel client (NewFailoverClient) with its
 // defaults.
 func (s *sentinels) client(t testing.TB) *redis.Client {
