@@ -382,6 +382,22 @@ local function room_lease(key, now)
   return holder, now + math.max(0, redis.call('PTTL', key)) * 1000
 end
 
+-- join_lane puts the asynq task id in its queue's return lane (see the
+-- worker's lane_poll.lua), to be moved to the head of its queue at at_ms
+-- (Unix ms), and makes self the lane's holder for lease_ms when nobody
+-- holds it; the lane is kept at least keep_ms. Returns the holder and when
+-- its lease ends (us).
+local function join_lane(lane, holder_key, id, at_ms, self, lease_ms, keep_ms, now)
+  redis.call('ZADD', lane, at_ms, id)
+  if redis.call('PTTL', lane) < keep_ms then
+    redis.call('PEXPIRE', lane, keep_ms)
+  end
+  if redis.call('SET', holder_key, self, 'NX', 'PX', lease_ms) then
+    return self, now + lease_ms * 1000
+  end
+  return room_lease(holder_key, now)
+end
+
 -- enter_room puts waiter id of flow in a room, to start no sooner than
 -- after us from now, its start taking units; weight 0 queues it first
 -- come, first served, 1 and more share the room fairly between flows (a

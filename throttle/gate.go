@@ -197,7 +197,12 @@ func (l *Limiter) start(ctx context.Context, sp *spec, req gate.StartRequest) (g
 	args := append([]any{"0"}, sp.meterArgs(req.N)...)
 	args = append(args, strconv.Itoa(req.Held), "", itoa(sp.ticks(req.NotBefore)), itoa(sp.ticks(req.MaxWait)),
 		itoa(sp.ticks(req.BookAhead)), itoa(sp.ticks(req.Grace)))
-	values, err := l.evalValues(ctx, meterStartScript, l.startKeys(req.Key, req.Held, req.Ticket), args)
+	keys := l.startKeys(req.Key, req.Held, req.Ticket)
+	if j := req.Lane; j != nil && req.Held == gate.HeldByTicket {
+		keys = append(keys, j.Lane, j.Holder)
+		args = append(args, j.Task, j.Lead.Microseconds(), j.Dispatcher, j.Lease.Milliseconds(), j.Keep.Milliseconds())
+	}
+	values, err := l.evalValues(ctx, meterStartScript, keys, args)
 	if err != nil {
 		return gate.Start{}, l.unavailable(ctx, err)
 	}
@@ -211,6 +216,14 @@ func (l *Limiter) start(ctx context.Context, sp *spec, req gate.StartRequest) (g
 		}
 	}
 	s := gate.Start{Status: int(ints[0]), Wait: micros(ints[1])}
+	if len(values) >= 9 {
+		holder, _ := values[7].(string)
+		until, err := asInt(values[8])
+		if err != nil {
+			return gate.Start{}, l.unavailable(ctx, err)
+		}
+		s.Lane = gate.LaneHolder{Joined: true, Holder: holder, Until: time.UnixMicro(until)}
+	}
 	if s.Status == gate.Admitted {
 		s.At = time.UnixMicro(ints[6] + ints[1])
 		s.Undo = []string{itoa(ints[2]), itoa(ints[3]), itoa(ints[4]), itoa(ints[5])}

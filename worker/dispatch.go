@@ -43,6 +43,15 @@ type turn struct {
 	gone int
 }
 
+// room returns the room or lane whose turn tn is, and whether it is one:
+// a turn of a room, or of a queue's lane in Redis (no rule, no task).
+func (tn turn) room() (roomID, bool) {
+	if tn.rule != nil {
+		return roomID{tn.rule, tn.key}, true
+	}
+	return roomID{key: tn.queue}, tn.id == ""
+}
+
 // turns is a min-heap of turns by time (container/heap).
 type turns []turn
 
@@ -83,8 +92,15 @@ type dispatcher struct {
 	// prepared: the waiters each room is likely to let out next, which its
 	// release books and moves itself (the loop's alone).
 	prepared map[roomID][]*gate.Prepared
-	// elsewhere: rooms another dispatcher holds, and till when (under mu).
+	// elsewhere: rooms and lanes another dispatcher holds, and till when
+	// (under mu).
 	elsewhere map[roomID]time.Time
+	// laneTasks: the lanes in Redis this process put tasks in, and when
+	// the last of them is due (under mu); laneNamed: the lanes this
+	// dispatcher holds, and the tasks due soon that their last turn named
+	// (the loop's alone until it has stopped). A lane's roomID has no rule.
+	laneTasks map[roomID]time.Time
+	laneNamed map[roomID][]string
 }
 
 // dispatcherLease is how long a dispatcher keeps a room's lease after its
@@ -128,8 +144,7 @@ func (t *Throttler) turnAt(tn turn, slack time.Duration) {
 		d.mu.Unlock()
 		return
 	}
-	if tn.rule != nil {
-		id := roomID{tn.rule, tn.key}
+	if id, ok := tn.room(); ok {
 		if until := d.elsewhere[id]; tn.at.Before(until) {
 			tn.at = until // another dispatcher lets its waiters out
 		}
@@ -232,8 +247,7 @@ func (t *Throttler) due(now time.Time) []turn {
 	var out, later []turn
 	for len(d.turns) > 0 && !d.turns[0].at.After(now) {
 		tn := heap.Pop(&d.turns).(turn)
-		if tn.rule != nil {
-			id := roomID{tn.rule, tn.key}
+		if id, ok := tn.room(); ok {
 			due, ok := d.rooms[id]
 			if !ok || !due.Equal(tn.at) {
 				continue // superseded by a sooner turn of the same room
@@ -257,6 +271,12 @@ func (t *Throttler) due(now time.Time) []turn {
 
 // serve does one turn.
 func (t *Throttler) serve(ctx context.Context, tn turn) {
+	if tn.rule == nil && tn.id == "" {
+		if next := t.laneTurn(ctx, tn.queue); !next.IsZero() {
+			t.at(turn{at: next, queue: tn.queue})
+		}
+		return
+	}
 	if tn.rule == nil {
 		moved, err := t.move(ctx, tn.queue, tn.id)
 		if moved == laneGone && tn.gone > 0 && tn.gone < releasedGoneLooks {
@@ -525,11 +545,13 @@ func (t *Throttler) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// The rooms this dispatcher let waiters out of are another's at once.
+	// The rooms this dispatcher let waiters out of, and the lanes it moved
+	// tasks of, are another's at once.
 	for room := range d.leased {
 		_ = gate.Resign(ctx, room.rule.limiter, room.key, d.self)
 	}
 	d.leased = nil
+	t.resignLanes(ctx)
 	return nil
 }
 

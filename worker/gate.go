@@ -82,7 +82,10 @@ type refusal struct {
 	entered bool
 	waiters int
 	lease   gate.RoomLease // who held the room's dispatcher lease then
-	err     error          // set when Redis could not decide
+	// lane: coming back (how), the lane in Redis the task's start put it
+	// in, if it did, and who held the lane then.
+	lane gate.LaneHolder
+	err  error // set when Redis could not decide
 }
 
 // What a refused task does.
@@ -259,6 +262,9 @@ func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*R
 		// room now.
 		req.Held, req.Ticket = gate.HeldByTicket, tk.ticket
 		req.BookAhead, req.Grace = r.bookAhead, ticketGrace
+		if enter {
+			req.Lane = t.laneJoin(tk)
+		}
 	} else {
 		req.BookAhead = budget // outside an asynq server: wait inline
 	}
@@ -267,7 +273,9 @@ func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*R
 	case err != nil:
 		return refuse(r, key, unavailableBackoff, waitOrRetry, err)
 	case s.Status == gate.TooLate || s.Status == gate.Booked:
-		return refuse(r, key, s.Wait, comeBack, nil)
+		p = refuse(r, key, s.Wait, comeBack, nil)
+		p.refused.lane = s.Lane
+		return p
 	case s.Status != gate.Admitted:
 		// Beyond BookAhead, or outside an asynq server (no ticket): come
 		// back when the meter could have room.

@@ -44,7 +44,10 @@ func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.T
 		}
 		return nil
 	}
-	if lane {
+	switch {
+	case lane && r.lane.Joined:
+		t.joinedLane(tk.queue, due, r.lane)
+	case lane:
 		t.toLane(tk.queue, tk.id, due)
 	}
 	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(due), Err: r.err})

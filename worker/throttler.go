@@ -33,6 +33,10 @@ type Throttler struct {
 	// sameRedis: every rule decides on client, asynq's Redis, so a
 	// release can move a task in asynq's queues in its own call.
 	sameRedis bool
+	// laneInRedis: every rule decides on asynq's Redis, one server (not a
+	// Cluster), so a task's start can join its queue's lane in Redis in
+	// its own call (lanes.go).
+	laneInRedis bool
 	// answers is when client last had an answer from Redis, whoever asked
 	// (settle.go).
 	answers *redisclient.Answers
@@ -126,6 +130,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			gate.UsedByRule(r.limiter, r.name)
 		}
 	}
+	t.laneInRedis = oneServer(client, rules)
 	t.dispatch.self = gate.Dispatcher{ID: dispatcherID(), Lease: dispatcherLease}
 	t.forwarder.Store(int64(asynqForwarder))
 	t.poll.Store(int64(asynqPoll))
@@ -354,4 +359,31 @@ func (t *Throttler) logger() *slog.Logger {
 		return slog.Default()
 	}
 	return t.cfg.logger
+}
+
+// oneServer reports whether every rule's limiter decides on the one Redis
+// server (not a Cluster) that client, asynq's, reaches: through client
+// itself, or through a client of the same address, database and user (a
+// Sentinel client only through client itself: its address is not the
+// master's).
+func oneServer(client redis.UniversalClient, rules []Rule) bool {
+	own, ok := client.(*redis.Client)
+	if !ok {
+		return false
+	}
+	want := own.Options()
+	for _, r := range rules {
+		var l any = r.limiter
+		if r.conc != nil {
+			l = r.conc
+		}
+		c, ok := gate.ClientOf(l).(*redis.Client)
+		if !ok {
+			return false
+		}
+		if o := c.Options(); c != own && (o.Addr != want.Addr || o.Addr == "FailoverClient" || o.DB != want.DB || o.Username != want.Username) {
+			return false
+		}
+	}
+	return true
 }

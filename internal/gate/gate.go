@@ -34,6 +34,29 @@ type StartRequest struct {
 	// Otherwise: how long the planned meter may keep a task that holds
 	// nothing waiting (up to MaxWait); 0 takes only room there is now.
 	BookAhead, Grace time.Duration
+	// Lane, with a ticket on one Redis server: a task told to come back
+	// (TooLate, Booked) joins this return lane in the same call.
+	Lane *LaneJoin
+}
+
+// LaneJoin puts a task told to come back in its queue's return lane in
+// Redis (see the worker's lane_poll.lua).
+type LaneJoin struct {
+	Lane, Holder string // the lane's keys
+	Task         string // the task's asynq ID
+	// Lead is how long before its start the task is to be moved.
+	Lead time.Duration
+	// Dispatcher names the caller's dispatcher, the lane's holder for
+	// Lease when nobody holds it; the lane is kept at least Keep.
+	Dispatcher  string
+	Lease, Keep time.Duration
+}
+
+// LaneHolder is who held a lane the task joined, and till when.
+type LaneHolder struct {
+	Joined bool
+	Holder string
+	Until  time.Time
 }
 
 // Start statuses.
@@ -55,6 +78,9 @@ type Start struct {
 	At time.Time
 	// Undo is what UndoStart needs; opaque.
 	Undo []string
+	// Lane: the return lane the task joined (TooLate, Booked with a
+	// StartRequest.Lane).
+	Lane LaneHolder
 }
 
 // ClaimRequest asks a meter limiter to start a task that waits in a room

@@ -294,6 +294,33 @@ end
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
 -- R.aside, the waiters set aside.
 
+-- room_lease returns who holds a room's dispatcher lease (key; see
+-- room.lua's release) and when it ends, us on the Redis clock: '' and 0
+-- when nobody does.
+local function room_lease(key, now)
+  local holder = redis.call('GET', key)
+  if not holder then
+    return '', 0
+  end
+  return holder, now + math.max(0, redis.call('PTTL', key)) * 1000
+end
+
+-- join_lane puts the asynq task id in its queue's return lane (see the
+-- worker's lane_poll.lua), to be moved to the head of its queue at at_ms
+-- (Unix ms), and makes self the lane's holder for lease_ms when nobody
+-- holds it; the lane is kept at least keep_ms. Returns the holder and when
+-- its lease ends (us).
+local function join_lane(lane, holder_key, id, at_ms, self, lease_ms, keep_ms, now)
+  redis.call('ZADD', lane, at_ms, id)
+  if redis.call('PTTL', lane) < keep_ms then
+    redis.call('PEXPIRE', lane, keep_ms)
+  end
+  if redis.call('SET', holder_key, self, 'NX', 'PX', lease_ms) then
+    return self, now + lease_ms * 1000
+  end
+  return room_lease(holder_key, now)
+end
+
 
 -- meter_start.lua: the start of a task of the worker under one meter rule
 -- (TokenBucket or GCRA), and its undoing.
@@ -329,12 +356,24 @@ end
 --            (0: book nothing); otherwise: the longest the planned meter
 --            may keep a task that holds nothing waiting, in ticks
 --          ARGV[11] by ticket: the booking's grace (see common.lua), ticks
+-- lane:    with a ticket, on one Redis server only (its keys are in the
+--          task's queue's Cluster slot, not the key's): a task told to come
+--          back (status 2 or 3) joins its queue's return lane here, to be
+--          moved to the head of its queue a lead before its start (see the
+--          worker's lane_poll.lua)
+--          KEYS[6] the lane, KEYS[7] its holder
+--          ARGV[12] the task's asynq ID, ARGV[13] the lead, us,
+--          ARGV[14] the caller's dispatcher, holder if nobody is,
+--          ARGV[15] the holder's lease, ms, ARGV[16] the lane's least
+--          lifetime, ms
 -- undo:    ARGV[8], ARGV[9] the planned end instant the start returned (us,
 --            ticks; 0: none), ARGV[10], ARGV[11] the starts end instant
 -- Returns  {status, wait_us, planned_end_us, planned_end_ticks,
 --          starts_end_us, starts_end_ticks, now_us}
 --          status 1: admitted, to start after wait_us; the ends (planned
 --            0, 0 for a task that held capacity) are what undo needs
+--          statuses 2 and 3 with a lane: two more values, the lane's
+--            holder and when its lease ends (us)
 --          status 0: the task holds no capacity, and the planned meter has
 --            none within the caller's wait: wait_us is when it would have
 --          status 2: the starts meter admits the start only after wait_us,
@@ -366,6 +405,19 @@ end
 
 local not_before, max_wait = tonumber(ARGV[8]), tonumber(ARGV[9])
 
+-- come_back tells a task to come back after wait ticks (status 2 or 3): in its
+-- queue's return lane, when the caller gave one.
+local function come_back(status, wait)
+  local wait_us = ceil_div(wait, den)
+  if not KEYS[6] then
+    return {status, wait_us, 0, 0, 0, 0, now}
+  end
+  local at_ms = floor_div(now + wait_us - tonumber(ARGV[13]), 1000)
+  local holder, till = join_lane(KEYS[6], KEYS[7], ARGV[12], at_ms, ARGV[14], tonumber(ARGV[15]),
+    tonumber(ARGV[16]), now)
+  return {status, wait_us, 0, 0, 0, 0, now, holder, till}
+end
+
 -- Does the task hold planned capacity already? A ticket counts while its
 -- generation is the key's current one (Reset forgets them all) and its
 -- grace has not run out.
@@ -392,7 +444,7 @@ if not held and planned_debt + cost > tolerance then
       ahead, tonumber(ARGV[11]), 0)
     local slot = booking[3] * den
     if slot > max_wait then
-      return {3, ceil_div(slot, den), 0, 0, 0, 0, now}
+      return come_back(3, slot)
     end
     held = true
     not_before = math.max(not_before, slot)
@@ -410,7 +462,7 @@ end
 -- the rest of its burst).
 local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now) * den, 0)
 if wait > max_wait then
-  return {2, ceil_div(wait, den), 0, 0, 0, 0, now}
+  return come_back(2, wait)
 end
 
 local planned_us, planned_ticks = 0, 0
