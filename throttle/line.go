@@ -62,6 +62,11 @@ const (
 	lineEntry   = 3 * time.Second
 )
 
+// awayGrace is how much longer than its budget a waiter that the line parks
+// when its budget runs out listens for a slot handed to it: a release's
+// message published just before Redis parked it still reaches it.
+const awayGrace = 100 * time.Millisecond
+
 // callAhead is how far down the line, beyond the slots a release frees,
 // parked waiters are called back: a slot's worth of holders, so that a
 // called task comes back while the holders ahead of it still run.
@@ -113,22 +118,37 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		return nil, 0, false, err
 	}
 	var deadline <-chan time.Time
+	var deadlineAt time.Time
 	if budget >= 0 {
+		deadlineAt = time.Now().Add(budget)
 		timer := time.NewTimer(budget)
 		defer timer.Stop()
 		deadline = timer.C
 	}
+	// deferred: the line parks the waiter when its budget runs out (way
+	// 'w' of concurrency.lua), so it returns parked then, with no call.
+	deferred := false
 	woken, leaveChannel := c.wakes().join(c.Key(key)+wakeSuffix, waiter)
 	defer leaveChannel()
 	holder := newHolderID()
 	look := itoa(int64(c.look()))
+	first := true
 	for {
 		sent := time.Now()
 		args := append([]any{"4", holder}, c.params...)
 		args = append(args, itoa(lineEntry.Microseconds()), waiter, look)
-		if park != nil && budget >= 0 {
-			args = append(args, itoa(budget.Microseconds()), park.Payload, itoa(park.TTL.Microseconds()), c.holdMicros())
-			park = nil // the first call only
+		// The first call, and a refresh of a waiter the line is to park,
+		// give the budget left: the line parks the waiter when it runs out.
+		left := time.Duration(-1)
+		if park != nil && budget >= 0 && (first || deferred) {
+			left = budget
+			if !first {
+				left = time.Until(deadlineAt) - awayGrace
+			}
+		}
+		first = false
+		if left >= 0 {
+			args = append(args, itoa(left.Microseconds()), park.Payload, itoa(park.TTL.Microseconds()), c.holdMicros())
 		}
 		values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
 		if err != nil {
@@ -154,7 +174,23 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		if ints[6] == 1 {
 			deadline = nil // called back: its turn is near
 		}
+		deferred = ints[7] == 2 // a call without a budget writes it inline again
+		if deferred {
+			// Redis parks it the budget left after it ran the call: it
+			// gives up no sooner, and a little later, for a slot handed to
+			// it just before then to reach it.
+			deadlineAt = time.Now().Add(left + awayGrace)
+			away := time.NewTimer(left + awayGrace)
+			defer away.Stop()
+			deadline = away.C
+		}
+		// It asks again every lineRefresh, in case a message was lost, while
+		// its budget lasts longer.
+		var refreshes <-chan time.Time
 		refresh := time.NewTimer(lineRefresh)
+		if deadline == nil || time.Until(deadlineAt) > lineRefresh+awayGrace {
+			refreshes = refresh.C
+		}
 		select {
 		case granted := <-woken:
 			if granted {
@@ -163,7 +199,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 				refresh.Stop()
 				return startLease(c, key, holder, sent), 0, false, nil
 			}
-		case <-refresh.C:
+		case <-refreshes:
 		case <-deadline:
 			refresh.Stop()
 			select {
@@ -173,7 +209,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 				}
 			default:
 			}
-			return nil, ahead, false, nil
+			return nil, ahead, deferred, nil
 		case <-ctx.Done():
 			refresh.Stop()
 			c.leave(ctx, key, waiter)

@@ -3,11 +3,13 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	workergate "github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -306,9 +308,11 @@ func TestHandedOverLeaseOutlivesTheKey(t *testing.T) {
 // TestRefusedWaiterParksInOneCall: a waiter the worker may park, refused
 // with someone waiting ahead of it and no budget to wait, is parked by the
 // call that refused it (one script call in all), and a release calls it
-// back like one parked on its own; before any hold was seen, it waits in
-// line instead (it cannot tell how long the wait would be). A release
-// keeps its process's holds with the line, for every process's waiters.
+// back like one parked on its own; before any hold was seen, it stands in
+// line to wait its budget (it cannot tell how long the wait would be), and
+// is parked when that runs out, with no call of its own: here at once, a
+// budget of 0. A release keeps its process's holds with the line, for
+// every process's waiters.
 func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	tg := redistest.New(t)
 	counter := &commandCounter{count: map[string]int{}}
@@ -332,8 +336,12 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	if err != nil || held == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
 	}
-	if l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l != nil || parked || ahead != 0 {
-		t.Fatalf("w1, before any hold was seen: %v, %d ahead, parked %v, %v; want it in line, not parked", l, ahead, parked, err)
+	before := scripts()
+	if l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l != nil || !parked || ahead != 0 {
+		t.Fatalf("w1, before any hold was seen: %v, %d ahead, parked %v, %v; want it parked as its budget ran out", l, ahead, parked, err)
+	}
+	if n := scripts() - before; n != 1 {
+		t.Errorf("w1 stood in line and parked in %d script calls, want 1", n)
 	}
 	// A hold seen (another key's), the next waiter refused behind w1 parks.
 	warm, _, err := c.Acquire(ctx, "warm")
@@ -343,7 +351,7 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := scripts()
+	before = scripts()
 	l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w2", 0, park("w2"))
 	if err != nil || l != nil || !parked || ahead != 1 {
 		t.Fatalf("w2: %v, %d ahead, parked %v, %v; want parked behind 1", l, ahead, parked, err)
@@ -351,7 +359,8 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	if n := scripts() - before; n != 1 {
 		t.Errorf("w2 was refused and parked in %d script calls, want 1", n)
 	}
-	// The release hands the slot to w1 (inline) and calls w2 back.
+	// The release calls w2 back, a slot's worth of holders ahead; not w1,
+	// parked a moment ago, whose task is still on its way back to asynq.
 	if err := held.(*throttle.Lease).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -361,6 +370,10 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	}
 	mu.Unlock()
 
+	// w1, back, comes for the freed slot, first in line.
+	if l, _, _, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l == nil {
+		t.Fatalf("w1, back to a free slot: %v, %v; want the slot", l, err)
+	}
 	// That release, with a waiter in line, left its process's holds with
 	// the line: a process that has seen none parks by them.
 	other := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
@@ -507,5 +520,93 @@ func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
 	}
 	if pending := tg.Client.LRange(ctx, base+"pending", 0, -1).Val(); len(pending) != 1 || pending[0] != "task-2" {
 		t.Errorf("pending: %q; want task-2, moved by wA's release", pending)
+	}
+}
+
+// TestWaiterParksWhenItsBudgetRunsOut: a waiter the worker may park waits
+// in line for its budget and is parked by Redis when the budget runs out,
+// with no call of its own: it returns parked after its one call. A release
+// in the next 200 ms (concurrency.lua's AWAY_SETTLE: its task is on its way
+// back to asynq) does not hand it the slot, and calls it back 200 ms later.
+// A release before its budget runs out hands it the slot. A waiter handed a slot that it
+// did not take up (it had gone) takes the slot when it waits again.
+func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
+	tg := redistest.New(t)
+	counter := &commandCounter{count: map[string]int{}}
+	client := tg.NewClient(t)
+	client.AddHook(counter)
+	c := newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	ctx := context.Background()
+	var mu sync.Mutex
+	var calls []string
+	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
+	park := func(w string) *workergate.CapParking {
+		return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
+	}
+	scripts := func() int {
+		counter.mu.Lock()
+		defer counter.mu.Unlock()
+		return counter.count["evalsha"] + counter.count["eval"]
+	}
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, park("w0"))
+	if err != nil || held == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
+	}
+
+	// Parked as its budget runs out, in one call; then called back.
+	before := scripts()
+	l, _, parked, err := workergate.CapWait(ctx, c, "k", "w1", 200*time.Millisecond, park("w1"))
+	if err != nil || l != nil || !parked {
+		t.Fatalf("w1 after its budget: %v, parked %v, %v; want parked", l, parked, err)
+	}
+	if n := scripts() - before; n != 1 {
+		t.Errorf("w1 waited and parked in %d script calls, want 1", n)
+	}
+	if err := held.(*throttle.Lease).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(calls) != 0 {
+		t.Errorf("calls at once after a release just after w1 parked: %q; want none", calls)
+	}
+	mu.Unlock()
+	time.Sleep(250 * time.Millisecond) // the call comes 200 ms after the release
+	mu.Lock()
+	if len(calls) != 1 || calls[0] != "payload-w1" {
+		t.Errorf("calls 250 ms after that release: %q; want w1's payload", calls)
+	}
+	mu.Unlock()
+
+	// Handed the slot by a release within its budget.
+	k2, _, _, err := workergate.CapWait(ctx, c, "k2", "x0", 0, park("x0"))
+	if err != nil || k2 == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", k2, err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = k2.(*throttle.Lease).Release(ctx)
+	}()
+	got, _, parked, err := workergate.CapWait(ctx, c, "k2", "x1", 5*time.Second, park("x1"))
+	if err != nil || got == nil || parked {
+		t.Fatalf("x1, a slot freed within its budget: %v, parked %v, %v; want the slot", got, parked, err)
+	}
+
+	// A slot handed to a waiter that had gone (its entry says granted, to
+	// a holder that never came) is the waiter's when it waits again.
+	holders := c.Key("k3")
+	old := fmt.Sprint(time.Now().Add(10 * time.Second).UnixMicro())
+	if err := tg.Client.ZAdd(ctx, holders, redis.Z{Score: float64(time.Now().Add(10 * time.Second).UnixMicro()), Member: "gone-holder"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Client.HSet(ctx, holders+keyspace.WaitersSuffix, "y1", old+"|g|gone-holder").Err(); err != nil {
+		t.Fatal(err)
+	}
+	y1, _, _, err := workergate.CapWait(ctx, c, "k3", "y1", 0, park("y1"))
+	if err != nil || y1 == nil {
+		t.Fatalf("y1, handed a slot it did not take up: %v, %v; want the slot", y1, err)
+	}
+	members, err := tg.Client.ZRange(ctx, holders, 0, -1).Result()
+	if err != nil || len(members) != 1 || members[0] == "gone-holder" {
+		t.Errorf("holders after y1 took its slot: %q, %v; want y1's holder alone", members, err)
 	}
 }

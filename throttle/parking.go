@@ -145,12 +145,26 @@ func (c *ConcurrencyLimiter) called(values []any) {
 	if p == nil || p.call == nil {
 		return
 	}
+	settling := false
 	for _, v := range values[min(5, len(values)):] {
-		if payload, ok := v.(string); ok {
+		payload, ok := v.(string)
+		switch {
+		case !ok:
+		case payload == "~":
+			settling = true // the rest are on their way back to their queues
+		case settling:
+			time.AfterFunc(awaySettle, func() { p.call(payload) })
+		default:
 			p.call(payload)
 		}
 	}
 }
+
+// awaySettle is how long after the line parks a waiter whose budget ran out
+// its task takes to be back in asynq's hands (concurrency.lua's
+// AWAY_SETTLE): a release that calls it back meanwhile has it brought back
+// that much later.
+const awaySettle = 200 * time.Millisecond
 
 // noteHold records how long one of this process's leases was held: an
 // average that follows the last few holds, which a waiter compares with its

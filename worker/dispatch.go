@@ -284,7 +284,10 @@ func (t *Throttler) serve(ctx context.Context, tn turn) {
 			moved = laneNotYet
 		}
 		if err != nil || moved == laneNotYet {
-			tn.at = time.Now().Add(notYetAgain)
+			// Looked for again soon, and less often as it stays away (a
+			// task called back while its handler ends, or not yet handed
+			// to asynq).
+			tn.at = time.Now().Add(min(notYetAgain<<min(max(tn.gone-1, 0), 3), 8*notYetAgain))
 			if err != nil {
 				tn.at = time.Now().Add(100 * time.Millisecond)
 			}
@@ -419,8 +422,8 @@ func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate
 // after it: they come to a worker up to that much earlier than they must,
 // and wait there for their slots.
 const (
-	releaseMost   = 4
-	releaseWindow = 100 * time.Millisecond
+	releaseMost   = 8
+	releaseWindow = 250 * time.Millisecond
 )
 
 // roomLead is how long before its start a waiter is let out of a room: the

@@ -34,7 +34,10 @@
 //     of its queue, ahead of any backlog, a little before its slot (the
 //     longest an idle worker sleeps between looks at its queues, plus 50
 //     ms). It starts at its slot; a task that comes late for it still starts
-//     no closer to the tasks before it than the rate allows.
+//     no closer to the tasks before it than the rate allows. On one Redis
+//     server, the call that books the slot puts the task in its queue's
+//     return lane in Redis, whose one holder in the fleet moves all its due
+//     tasks in one call every 100-250 ms.
 //   - Under several TokenBucket or GCRA rules (per tenant and overall, say),
 //     or one that shares its limit fairly ([FairBy]), or one whose limiter
 //     applies live policies (its policy may change while tasks wait:
@@ -62,8 +65,8 @@
 //     holder's Throttler is closed. On one Redis server (on a Cluster,
 //     when the rules key the task by the same value) a task's starts on
 //     all these rules are one call, which also puts a refused task in the
-//     room; and on one Redis server a release lets out up to four
-//     waiters whose slots fall within the lead and 100 ms more, booking
+//     room; and on one Redis server a release lets out up to eight
+//     waiters whose slots fall within the lead and 250 ms more, booking
 //     their slots on their other rules and moving their tasks in its own
 //     call, for the waiters the dispatcher expects (the first in the
 //     room's order).
@@ -71,9 +74,10 @@
 //     the cap's line in Redis, in the order tasks came, and the release
 //     that frees a slot hands it to the task, which learns it at once
 //     (throttle's AcquireWait). When its
-//     inline wait runs out it keeps its place, marked away, and goes back
-//     to asynq; a release that frees a slot near its place calls it back to
-//     the head of its queue in time to wait for it inline.
+//     inline wait runs out it keeps its place, marked away (the line marks
+//     it so when the wait it announced runs out, with no call of its own),
+//     and goes back to asynq; a release that frees a slot near its place
+//     calls it back to the head of its queue in time to wait for it inline.
 //   - Under other rules (windows), the task goes back for the limiter's
 //     RetryAfter plus a random spread of up to as much again, so that tasks
 //     turned away together do not come back together.

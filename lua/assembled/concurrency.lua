@@ -76,7 +76,11 @@ end
 -- away (a
 -- task sent back to its queue), with a payload that says where; or called
 -- ('c'): a parked waiter near the head of the line, whose payload a release
--- hands to its caller to bring it back in time. A freed slot goes to the
+-- hands to its caller to bring it back in time. A waiter that waits inline
+-- for a budget and parks when it runs out is written so ('w'): inline until
+-- its entry's time, and parked from then on, with no call of its own to
+-- park; a slot handed to it before then is its, after then it is called
+-- back instead. A freed slot goes to the
 -- first waiter in line that is there (inline): one away keeps its place,
 -- and is served in it once back, but does not hold a slot idle meanwhile.
 --
@@ -84,7 +88,9 @@ end
 --          in microseconds
 -- KEYS[2]  the line: sorted set of waiter ids by order of coming
 -- KEYS[3]  the waiters: hash of waiter id -> "<expiry us>|<way>|<payload>";
---          field '#' counts the waiters that came
+--          field '#' counts the waiters that came; way 'w' (inline, then
+--          parked) has the payload "<holder id>|<parked expiry us>|<parked
+--          payload>" and parks at its expiry
 -- ARGV[1]  mode: 0 acquire, 1 peek (count only, write nothing),
 --          2 release, 3 renew, 4 wait, 5 park, 6 leave the line
 -- ARGV[2]  holder id (acquire, release, renew, wait), waiter id (park,
@@ -124,18 +130,22 @@ end
 --          refused so far back in line that it would not get a slot within
 --          budget, at about a hold (the line's, else the caller's) over the
 --          limit per waiter ahead of it (there or away: those away come
---          back first), is parked at once, in this call, as park does
+--          back first), is parked at once, in this call, as park does;
+--          otherwise it waits inline for its budget and is parked when the
+--          budget runs out (way 'w'). A waiter handed a slot that it did not
+--          take up (it went back) takes the slot when it waits again
 -- Returns  {ok (0|1), free slots, retry_after_us, reset_after_us, now_us}
 --          acquire: ok = acquired; when full (or others wait), retry_after
 --            estimates the wait as the time until the oldest lease runs out
 --          release: ok = the lease was still held (0: it had expired);
---            the payloads of the waiters called follow
+--            the payloads of the waiters called follow, those of waiters
+--            still on their way back to their queue after a "~"
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
 --            handed it the slot already); else a sixth
 --            value, the waiters in line ahead of it (there or away), a
 --            seventh, 1 when it had been called, and an eighth, 1 when it
---            parked
+--            parked, 2 when it parks as its budget runs out
 --          park, leave: ok = it stood in line; the payloads of the
 --            waiters called follow, as for release
 --          reset_after_us: until the last current lease runs out
@@ -143,6 +153,10 @@ end
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
 local MODE_WAIT, MODE_PARK, MODE_LEAVE = 4, 5, 6
 local SCAN = 256 -- waiters looked at per call, at most
+-- AWAY_SETTLE: how long after the line parks a waiter whose budget ran out
+-- its task takes to be back in asynq's hands (its handler listens for a
+-- slot a little longer, then asynq takes the task back), us.
+local AWAY_SETTLE = 200000
 local mode = tonumber(ARGV[1])
 local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
@@ -195,11 +209,27 @@ local function line(visit, reach)
     if info then
       expiry, way, payload = entry(info)
     end
+    if way == 'w' then
+      -- Inline until its expiry, parked from then on; for AWAY_SETTLE in
+      -- between, on its way back to its queue ('a'): neither handed a slot
+      -- nor called back, as its task is not in asynq's hands yet.
+      local holder_id, parked_expiry, parked = string.match(payload, '^([^|]*)|(%d+)|(.*)$')
+      if expiry > now then
+        way, payload = 'i', holder_id
+      elseif expiry + AWAY_SETTLE > now then
+        expiry, way, payload = tonumber(parked_expiry), 'a', parked
+      else
+        expiry, way, payload = tonumber(parked_expiry), 'p', parked
+        if expiry > now then
+          redis.call('HSET', KEYS[3], ids[i], int(expiry) .. '|p|' .. payload)
+        end
+      end
+    end
     if expiry <= now then
       redis.call('ZREM', KEYS[2], ids[i])
       redis.call('HDEL', KEYS[3], ids[i])
     else
-      if visit(ids[i], way, payload, seen) then
+      if visit(ids[i], way, payload, seen, expiry) then
         return seen + 1
       end
       seen = seen + 1
@@ -234,15 +264,17 @@ end
 -- as far as `ahead` beyond the free slots are called: a prepared one's task
 -- is moved to the head of its queue, the others' payloads returned. With
 -- look, the parked waiters of the first look places it did not call are
--- told on the channel too (see release).
+-- told on the channel too (see release). Waiters on their way back to
+-- their queue ('a') are called too; their payloads come after a "~", for
+-- the caller to bring them back once they are there.
 local function wake(reply, channel, ahead, look, hold)
   local free = limit - live()
   look = look or 0
   if free <= 0 and ahead <= 0 then
     return reply
   end
-  local woken, heads = {}, {'#'}
-  local seen = line(function(id, way, payload, position)
+  local woken, heads, settling = {}, {'#'}, {'~'}
+  local seen = line(function(id, way, payload, position, expiry)
     if position >= free + ahead and #woken >= free and position >= look then
       return true
     end
@@ -258,9 +290,10 @@ local function wake(reply, channel, ahead, look, hold)
         id = '+' .. id
       end
       woken[#woken + 1] = id
+    elseif way == 'a' and position < free + ahead then
+      redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
+      settling[#settling + 1] = payload
     elseif way == 'p' and position < free + ahead then
-      local info = redis.call('HGET', KEYS[3], id)
-      local expiry = entry(info)
       redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
       local p = prepared[id]
       if not p or move_to_head(KEYS[p.k], KEYS[p.k + 1], KEYS[p.k + 2], KEYS[p.k + 3], p.task, ARGV[8]) ~= 1 then
@@ -274,6 +307,11 @@ local function wake(reply, channel, ahead, look, hold)
   end)
   if (hold or 0) > 0 and seen > 0 then
     redis.call('HSET', KEYS[3], '~hold', int(hold)) -- the line's keys' expiry stands
+  end
+  if #settling > 1 then
+    for _, v in ipairs(settling) do
+      reply[#reply + 1] = v
+    end
   end
   if #woken > 0 then
     prune() -- the key outlives the leases handed over too
@@ -364,6 +402,14 @@ if mode == MODE_WAIT then
     local _, way, payload = entry(info)
     if way == 'c' then
       called = 1
+    elseif way == 'g' and payload ~= holder then
+      -- Handed a slot under an earlier holder id that it did not take up
+      -- (it had gone back to its queue): the slot is its now.
+      redis.call('ZREM', KEYS[1], payload)
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('ZADD', KEYS[1], int(now + lease), holder)
+      prune()
+      return {1, math.max(0, limit - live()), 0, until_last(), now, 0, 0, 0}
     end
     redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   else
@@ -426,6 +472,13 @@ if mode == MODE_WAIT then
     keep(park_ttl)
     return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, 0, 1})
   end
+  if budget >= 0 and called == 0 and ARGV[9] then
+    -- Inline for its budget, parked from then on.
+    local away, park_ttl = now + budget, tonumber(ARGV[10])
+    redis.call('HSET', KEYS[3], id, int(away) .. '|w|' .. holder .. '|' .. int(away + park_ttl) .. '|' .. ARGV[9])
+    keep(budget + park_ttl)
+    return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called, 2})
+  end
   return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called, 0})
 end
 
@@ -434,7 +487,7 @@ end
 local waiting = 0
 if count < limit then
   line(function(_, way)
-    if way ~= 'p' then
+    if way ~= 'p' and way ~= 'a' then
       waiting = waiting + 1
     end
     return false
