@@ -526,8 +526,8 @@ func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
 // TestWaiterParksWhenItsBudgetRunsOut: a waiter the worker may park waits
 // in line for its budget and is parked by Redis when the budget runs out,
 // with no call of its own: it returns parked after its one call. A release
-// in the next 200 ms (concurrency.lua's AWAY_SETTLE: its task is on its way
-// back to asynq) does not hand it the slot, and calls it back 200 ms later.
+// in the next 120 ms (concurrency.lua's AWAY_SETTLE: its task is on its way
+// back to asynq) does not hand it the slot, and calls it back 120 ms later.
 // A release before its budget runs out hands it the slot. A waiter handed a slot that it
 // did not take up (it had gone) takes the slot when it waits again.
 func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
@@ -570,7 +570,7 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 		t.Errorf("calls at once after a release just after w1 parked: %q; want none", calls)
 	}
 	mu.Unlock()
-	time.Sleep(250 * time.Millisecond) // the call comes 200 ms after the release
+	time.Sleep(250 * time.Millisecond) // the call comes 120 ms after the release
 	mu.Lock()
 	if len(calls) != 1 || calls[0] != "payload-w1" {
 		t.Errorf("calls 250 ms after that release: %q; want w1's payload", calls)

@@ -164,7 +164,7 @@ func (c *ConcurrencyLimiter) called(values []any) {
 // its task takes to be back in asynq's hands (concurrency.lua's
 // AWAY_SETTLE): a release that calls it back meanwhile has it brought back
 // that much later.
-const awaySettle = 200 * time.Millisecond
+const awaySettle = 120 * time.Millisecond
 
 // noteHold records how long one of this process's leases was held: an
 // average that follows the last few holds, which a waiter compares with its

@@ -156,7 +156,7 @@ local SCAN = 256 -- waiters looked at per call, at most
 -- AWAY_SETTLE: how long after the line parks a waiter whose budget ran out
 -- its task takes to be back in asynq's hands (its handler listens for a
 -- slot a little longer, then asynq takes the task back), us.
-local AWAY_SETTLE = 200000
+local AWAY_SETTLE = 120000
 local mode = tonumber(ARGV[1])
 local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
