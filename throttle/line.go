@@ -111,8 +111,11 @@ func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter strin
 // budget runs out it stays in it and returns a nil Lease: the caller parks
 // it (park) or leaves (leave). With park, its first call parks it at once
 // when it is too far back in line to get a slot within budget, as the
-// holds go (see noteHold): it returns parked true. ahead is how many
-// waited before it at the last look.
+// holds go (see noteHold), and otherwise tells the line its budget, so
+// that the line parks it when that runs out: either way it returns parked
+// true, and the caller has nothing more to tell Redis (a refresh of its
+// place in line, every lineRefresh while the budget lasts, tells it again).
+// ahead is how many waited before it at the last look.
 func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string, budget time.Duration, park *gate.CapParking) (lease *Lease, ahead int, parked bool, err error) {
 	if err := validRequest(key, 1, c.policy.Limit); err != nil {
 		return nil, 0, false, err
