@@ -154,6 +154,7 @@ type fleetEvent struct {
 	tenant string // S
 	n      int64  // R: round trips
 	pings  int64  // R: PINGs among them
+	back   int64  // R: tasks sent back to asynq
 }
 
 // fleetStart is one handler start.
@@ -168,6 +169,7 @@ type fleetResult struct {
 	starts     []fleetStart
 	trips      int64
 	pings      int64 // of trips: settle's PINGs (worker.WithSettle)
+	back       int64 // tasks sent back to asynq (worker.Rescheduled)
 	base       rates // Redis with no worker process
 	idle       rates // the fleet at rest
 	run        rates // the fleet at work
@@ -236,24 +238,24 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		stdins, cmds = append(stdins, in), append(cmds, c)
 		go readEvents(out, events)
 	}
-	ask := func() (int64, int64, error) {
+	ask := func() (fleetEvent, error) {
+		var sum fleetEvent
 		for _, in := range stdins {
 			if _, err := fmt.Fprintln(in.(interface{ Write([]byte) (int, error) }), "count"); err != nil {
-				return 0, 0, err
+				return sum, err
 			}
 		}
-		var sum, pings int64
 		for got := 0; got < n; {
 			e, err := next(events, 30*time.Second)
 			if err != nil {
-				return 0, 0, err
+				return sum, err
 			}
 			if e.kind == "R" {
-				sum, pings = sum+e.n, pings+e.pings
+				sum.n, sum.pings, sum.back = sum.n+e.n, sum.pings+e.pings, sum.back+e.back
 				got++
 			}
 		}
-		return sum, pings, nil
+		return sum, nil
 	}
 	for ready := 0; ready < n; {
 		e, err := next(events, 60*time.Second)
@@ -275,7 +277,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 			return res, err
 		}
 	}
-	before, pingsBefore, err := ask()
+	before, err := ask()
 	if err != nil {
 		return res, err
 	}
@@ -303,11 +305,11 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if err != nil {
 		return res, err
 	}
-	after, pingsAfter, err := ask()
+	after, err := ask()
 	if err != nil {
 		return res, err
 	}
-	res.tasks, res.trips, res.pings = sc.tasks, after-before, pingsAfter-pingsBefore
+	res.tasks, res.trips, res.pings, res.back = sc.tasks, after.n-before.n, after.pings-before.pings, after.back-before.back
 	res.run, res.runElapsed = to.since(from), to.at.Sub(from.at)
 	return res, nil
 }
@@ -325,9 +327,10 @@ func readEvents(out interface{ Read([]byte) (int, error) }, events chan<- fleetE
 		case e.kind == "S" && len(f) == 3:
 			e.at, _ = strconv.ParseInt(f[1], 10, 64)
 			e.tenant = f[2]
-		case e.kind == "R" && len(f) == 3:
+		case e.kind == "R" && len(f) == 4:
 			e.n, _ = strconv.ParseInt(f[1], 10, 64)
 			e.pings, _ = strconv.ParseInt(f[2], 10, 64)
+			e.back, _ = strconv.ParseInt(f[3], 10, 64)
 		}
 		events <- e
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -38,7 +39,8 @@ const fleetQueue = "fleet"
 // so that their round trips are counted apart from asynq's, or, with
 // JT_FLEET_ONE_CLIENT=1, asynq's client, their round trips told apart by
 // their scripts and keys (ofLibrary); "count" on stdin prints them,
-// and the PINGs among them ("R <n> <pings>"). It stops when stdin ends.
+// the PINGs among them and the tasks sent back to asynq so far ("R <n>
+// <pings> <back>"). It stops when stdin ends.
 func fleetChild() int {
 	sc, ok := scenarioNamed(os.Getenv(childScenario))
 	if !ok {
@@ -85,10 +87,15 @@ func fleetChild() int {
 		return nil
 	})
 	var th *worker.Throttler
+	var back atomic.Int64 // tasks sent back to asynq (worker.Rescheduled)
 	if os.Getenv(childPlain) != "1" {
 		rules, err := sc.rules(libRDB)
 		if err == nil {
-			th, err = worker.New(libRDB, rules, worker.WithLogger(nil))
+			th, err = worker.New(libRDB, rules, worker.WithLogger(nil), worker.WithObserver(worker.ObserverFunc(func(_ context.Context, e worker.Event) {
+				if e.Kind == worker.Rescheduled {
+					back.Add(1)
+				}
+			})))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleet child:", err)
@@ -106,7 +113,7 @@ func fleetChild() int {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "count" {
-			say("R %d %d", trips.n.Load(), trips.pings.Load())
+			say("R %d %d %d", trips.n.Load(), trips.pings.Load(), back.Load())
 		}
 	}
 	srv.Shutdown()

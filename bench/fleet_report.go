@@ -82,11 +82,13 @@ type fleetRow struct {
 	mostPerKey, mostAll  int     // starts in any 1 s
 	trips                float64 // library round trips per task
 	pings                float64 // of them, PINGs
+	back                 float64 // tasks sent back to asynq, per task
 	cmdsPerTask, cpuTask float64 // idle rate taken out; CPU in µs
 }
 
 func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
-	row := fleetRow{n: n, plain: plain, tasks: r.tasks, trips: float64(r.trips) / float64(r.tasks), pings: float64(r.pings) / float64(r.tasks)}
+	row := fleetRow{n: n, plain: plain, tasks: r.tasks, trips: float64(r.trips) / float64(r.tasks), pings: float64(r.pings) / float64(r.tasks),
+		back: float64(r.back) / float64(r.tasks)}
 	all := make([]time.Time, len(r.starts))
 	byKey := map[string][]time.Time{}
 	for i, s := range r.starts {
@@ -151,14 +153,14 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		}
 		return fmt.Sprintf(" (≤%d)", n)
 	}
-	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tRedis cmds/task\tRedis CPU µs/task\t\n")
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\twent back/task\tRedis cmds/task\tRedis CPU µs/task\t\n")
 	for _, r := range rows {
-		who, trips, pings := "library", fmt.Sprintf("%.2f", r.trips), fmt.Sprintf("%.2f", r.pings)
+		who, trips, pings, back := "library", fmt.Sprintf("%.2f", r.trips), fmt.Sprintf("%.2f", r.pings), fmt.Sprintf("%.2f", r.back)
 		if r.plain {
-			who, trips, pings = "plain asynq", "—", "—"
+			who, trips, pings, back = "plain asynq", "—", "—", "—"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%.0f\t%.0f\t\n",
-			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, r.cmdsPerTask, r.cpuTask)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, back, r.cmdsPerTask, r.cpuTask)
 	}
 	_ = tw.Flush()
 }
