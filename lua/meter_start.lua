@@ -40,8 +40,8 @@
 --          KEYS[6] the lane, KEYS[7] its holder
 --          ARGV[12] the task's asynq ID, ARGV[13] the lead, us,
 --          ARGV[14] the caller's dispatcher, holder if nobody is,
---          ARGV[15] the holder's lease, ms, ARGV[16] the lane's least
---          lifetime, ms
+--          ARGV[15] the holder's lease, ms, ARGV[16] how long the lane
+--          is kept past the task's move, ms
 -- undo:    ARGV[8], ARGV[9] the planned end instant the start returned (us,
 --            ticks; 0: none), ARGV[10], ARGV[11] the starts end instant
 -- Returns  {status, wait_us, planned_end_us, planned_end_ticks,
@@ -89,8 +89,8 @@ local function come_back(status, wait)
     return {status, wait_us, 0, 0, 0, 0, now}
   end
   local at_ms = floor_div(now + wait_us - tonumber(ARGV[13]), 1000)
-  local holder, till = join_lane(KEYS[6], KEYS[7], ARGV[12], at_ms, ARGV[14], tonumber(ARGV[15]),
-    tonumber(ARGV[16]), now)
+  local keep_ms = at_ms - floor_div(now, 1000) + tonumber(ARGV[16])
+  local holder, till = join_lane(KEYS[6], KEYS[7], ARGV[12], at_ms, ARGV[14], tonumber(ARGV[15]), keep_ms, now)
   return {status, wait_us, 0, 0, 0, 0, now, holder, till}
 end
 

@@ -47,7 +47,8 @@ type LaneJoin struct {
 	// Lead is how long before its start the task is to be moved.
 	Lead time.Duration
 	// Dispatcher names the caller's dispatcher, the lane's holder for
-	// Lease when nobody holds it; the lane is kept at least Keep.
+	// Lease when nobody holds it; the lane is kept at least Keep past the
+	// task's move.
 	Dispatcher  string
 	Lease, Keep time.Duration
 }
