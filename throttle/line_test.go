@@ -609,4 +609,16 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 	if err != nil || len(members) != 1 || members[0] == "gone-holder" {
 		t.Errorf("holders after y1 took its slot: %q, %v; want y1's holder alone", members, err)
 	}
+	// A slot handed over whose lease ran out is nobody's: a waiter that
+	// comes back to such an entry while another holds the slot waits.
+	k4, _, _, err := workergate.CapWait(ctx, c, "k4", "z0", 0, park("z0"))
+	if err != nil || k4 == nil {
+		t.Fatalf("CapWait on a free slot: %v, %v", k4, err)
+	}
+	if err := tg.Client.HSet(ctx, c.Key("k4")+keyspace.WaitersSuffix, "z1", old+"|g|lapsed-holder").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if z1, _, _, err := workergate.CapWait(ctx, c, "k4", "z1", 0, park("z1")); err != nil || z1 != nil {
+		t.Errorf("z1, whose handed slot lapsed, with the slot held: %v, %v; want no slot", z1, err)
+	}
 }

@@ -402,9 +402,10 @@ if mode == MODE_WAIT then
     local _, way, payload = entry(info)
     if way == 'c' then
       called = 1
-    elseif way == 'g' and payload ~= holder then
+    elseif way == 'g' and payload ~= holder and (tonumber(redis.call('ZSCORE', KEYS[1], payload)) or 0) > now then
       -- Handed a slot under an earlier holder id that it did not take up
-      -- (it had gone back to its queue): the slot is its now.
+      -- (it had gone back to its queue), and the slot is still held for
+      -- it: the slot is its now.
       redis.call('ZREM', KEYS[1], payload)
       redis.call('HDEL', KEYS[3], id)
       redis.call('ZADD', KEYS[1], int(now + lease), holder)
