@@ -107,7 +107,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 		}
 	}
 	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true, sameClient: true,
-		answers: redisclient.AnswersOf(client)}
+		laneInRedis: true, answers: redisclient.AnswersOf(client)}
 	for i, r := range rules {
 		var l any = r.limiter
 		if r.conc != nil {
@@ -117,6 +117,7 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 		if c != any(client) {
 			t.sameRedis = false
 		}
+		t.laneInRedis = t.laneInRedis && oneServer(client, c)
 		if i == 0 {
 			t.limiterClient = c
 		}
@@ -130,7 +131,6 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			gate.UsedByRule(r.limiter, r.name)
 		}
 	}
-	t.laneInRedis = oneServer(client, rules)
 	t.dispatch.self = gate.Dispatcher{ID: dispatcherID(), Lease: dispatcherLease}
 	t.forwarder.Store(int64(asynqForwarder))
 	t.poll.Store(int64(asynqPoll))
@@ -361,29 +361,22 @@ func (t *Throttler) logger() *slog.Logger {
 	return t.cfg.logger
 }
 
-// oneServer reports whether every rule's limiter decides on the one Redis
-// server (not a Cluster) that client, asynq's, reaches: through client
-// itself, or through a client of the same address, database and user (a
-// Sentinel client only through client itself: its address is not the
-// master's).
-func oneServer(client redis.UniversalClient, rules []Rule) bool {
+// oneServer reports whether a rule's limiter client c decides on the one
+// Redis server (not a Cluster) that client, asynq's, reaches: it is client
+// itself, or a client of the same address, database and user (a Sentinel
+// client only as client itself: its address is not the master's).
+func oneServer(client redis.UniversalClient, c any) bool {
 	own, ok := client.(*redis.Client)
 	if !ok {
 		return false
 	}
-	want := own.Options()
-	for _, r := range rules {
-		var l any = r.limiter
-		if r.conc != nil {
-			l = r.conc
-		}
-		c, ok := gate.ClientOf(l).(*redis.Client)
-		if !ok {
-			return false
-		}
-		if o := c.Options(); c != own && (o.Addr != want.Addr || o.Addr == "FailoverClient" || o.DB != want.DB || o.Username != want.Username) {
-			return false
-		}
+	other, ok := c.(*redis.Client)
+	if !ok {
+		return false
 	}
-	return true
+	if other == own {
+		return true
+	}
+	o, want := other.Options(), own.Options()
+	return o.Addr == want.Addr && o.Addr != "FailoverClient" && o.DB == want.DB && o.Username == want.Username
 }
