@@ -84,67 +84,96 @@ func (c *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// TestLaneMovesTheFleetsTasksInBatches: three processes (a Throttler and an
-// asynq server each, 30 workers) share a backlog of 150 tasks under one
-// rule of 50/s, with no inline wait beyond the least (twice the lane's
-// lead, 400 ms), so most tasks book a slot further off and go back to
-// asynq, however slowly the servers start. On one Redis server each such task joins its queue's lane
-// in Redis in the call that booked it, and the lane's one holder moves the
-// due tasks in batches: the lane's turns number fewer than half the tasks
-// that went back (a move per task, as before, would be one each) and move
-// at least 90% of them, no task is moved on its own, every task runs once,
-// none is archived, and no 1 s window on the Redis clock admits more than
-// the rate allows. On a Cluster
-// the lane is not in Redis (the meter's key and the queue are in different
-// slots): each process moves its own tasks, one call each, as before.
-func TestLaneMovesTheFleetsTasksInBatches(t *testing.T) {
-	tg := redistest.New(t)
-	_, cluster := tg.Client.(*redis.ClusterClient)
-	polls := countScript(t, tg.Client, "lane_poll.lua")
-	moves := countScript(t, tg.Client, "lane.lua")
+// laneFleet is processes asynq servers of workers each, a Throttler of
+// its own apiece (opts), under one rule of 50/s, burst 1, on tg; polls and
+// moves count lane_poll.lua's turns and lane.lua's single moves.
+type laneFleet struct {
+	tg           *redistest.Target
+	f            *asynqtest.Fleet
+	seen         asynqtest.Events
+	log          asynqtest.RunLog
+	polls, moves *scriptCalls
+	cluster      bool
+}
+
+func newLaneFleet(t *testing.T, processes, workers int, opts ...worker.Option) *laneFleet {
+	t.Helper()
+	lf := &laneFleet{tg: redistest.New(t)}
+	tg := lf.tg
+	_, lf.cluster = tg.Client.(*redis.ClusterClient)
+	lf.polls = countScript(t, tg.Client, "lane_poll.lua")
+	lf.moves = countScript(t, tg.Client, "lane.lua")
 	limiter, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1}, throttle.WithPrefix(tg.Prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen asynqtest.Events
 	rules := []worker.Rule{worker.Rate("report", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))}
-	var log asynqtest.RunLog
-	var f *asynqtest.Fleet
-	for i := range 3 {
-		th := asynqtest.NewThrottler(t, tg, rules, worker.WithObserver(&seen), worker.WithInlineWait(0))
+	for i := range processes {
+		th := asynqtest.NewThrottler(t, tg, rules, append([]worker.Option{worker.WithObserver(&lf.seen)}, opts...)...)
 		t.Cleanup(func() { _ = th.Close(context.Background()) })
 		if i == 0 {
-			f = asynqtest.NewFleet(t, tg, 1, 30, th, log.Handler(0))
+			lf.f = asynqtest.NewFleet(t, tg, 1, workers, th, lf.log.Handler(0))
 		} else {
-			f.AddServer(t, 30, th, log.Handler(0))
+			lf.f.AddServer(t, workers, th, lf.log.Handler(0))
 		}
 	}
-	const tasks = 150
+	return lf
+}
+
+// run enqueues tasks tasks and waits until they ran; it fails the test when
+// one ran other than once, was archived or failed, or when a 1 s window on
+// the Redis clock admitted more than the rate allows, and when fewer than
+// least went back to asynq (the lane then goes untested). It returns how
+// many went back.
+func (lf *laneFleet) run(t *testing.T, tasks, least int) int {
+	t.Helper()
 	var ids []string
 	for i := range tasks {
-		ids = append(ids, f.Enqueue(t, "report", map[string]int{"n": i}))
+		ids = append(ids, lf.f.Enqueue(t, "report", map[string]int{"n": i}))
 	}
-	info := f.WaitDone(t, &log, tasks, 60*time.Second)
-	runs := log.Snapshot()
+	info := lf.f.WaitDone(t, &lf.log, tasks, 60*time.Second)
+	runs := lf.log.Snapshot()
 	asynqtest.CheckOnce(t, runs, ids)
 	if info.Archived != 0 || info.Failed != 0 {
 		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
 	}
-	asynqtest.CheckHeld(t, runs, seen.Slots(), redistest.ClockOffset(t, tg.Client), time.Second, 51)
-	back := seen.Count(worker.Rescheduled)
-	t.Logf("figures: %d tasks, %d went back; the lane's turns %d moved %d; single moves %d", tasks, back, polls.n.Load(), polls.moved.Load(), moves.n.Load())
-	if back < tasks/2 {
+	asynqtest.CheckHeld(t, runs, lf.seen.Slots(), redistest.ClockOffset(t, lf.tg.Client), time.Second, 51)
+	back := lf.seen.Count(worker.Rescheduled)
+	t.Logf("figures: %d tasks, %d went back; the lane's turns %d moved %d; single moves %d",
+		tasks, back, lf.polls.n.Load(), lf.polls.moved.Load(), lf.moves.n.Load())
+	if back < least {
 		t.Fatalf("only %d of %d tasks went back: the test does not exercise the lane", back, tasks)
 	}
-	if cluster {
-		if polls.n.Load() != 0 || moves.n.Load() < int64(back) {
-			t.Errorf("on a Cluster: the lane's turns %d, single moves %d; want 0 and one a task that went back (%d)", polls.n.Load(), moves.n.Load(), back)
+	return back
+}
+
+// TestLaneMovesTheFleetsTasksInBatches: three processes (a Throttler and an
+// asynq server each, 30 workers) share a backlog of 150 tasks under one
+// rule of 50/s, with no inline wait beyond the least (twice the lane's
+// lead, 400 ms), so most tasks book a slot further off and go back to
+// asynq, however slowly the servers start. On one Redis server each such
+// task joins its queue's lane in Redis in the call that booked it, and the
+// lane's one holder moves the due tasks in batches: the lane's turns number
+// fewer than half the tasks that went back (a move per task, as before,
+// would be one each) and move at least 90% of them, no task is moved on its
+// own, every task runs once, none is archived, and no 1 s window on the
+// Redis clock admits more than the rate allows. On a Cluster the lane is
+// not in Redis (the meter's key and the queue are in different slots):
+// each process moves its own tasks, one call each, as before.
+func TestLaneMovesTheFleetsTasksInBatches(t *testing.T) {
+	lf := newLaneFleet(t, 3, 30, worker.WithInlineWait(0))
+	const tasks = 150
+	back := int64(lf.run(t, tasks, tasks/2))
+	polls, moved, moves := lf.polls.n.Load(), lf.polls.moved.Load(), lf.moves.n.Load()
+	if lf.cluster {
+		if polls != 0 || moves < back {
+			t.Errorf("on a Cluster: the lane's turns %d, single moves %d; want 0 and one a task that went back (%d)", polls, moves, back)
 		}
 		return
 	}
-	if moves.n.Load() != 0 || polls.n.Load() == 0 || polls.n.Load() > int64(back)/2 || polls.moved.Load() < int64(back)*9/10 {
+	if moves != 0 || polls == 0 || polls > back/2 || moved < back*9/10 {
 		t.Errorf("the lane's turns %d moved %d, single moves %d, for %d tasks that went back; want no single move, fewer turns than half the tasks and 90%% of them moved by the lane",
-			polls.n.Load(), polls.moved.Load(), moves.n.Load(), back)
+			polls, moved, moves, back)
 	}
 }
 
@@ -159,57 +188,21 @@ func TestLaneMovesTheFleetsTasksInBatches(t *testing.T) {
 // allows, and no task is moved on its own. miniredis expires no key on its
 // own (its clock is driven), so there the test ends the lease itself.
 func TestLaneIsTakenOverFromAHolderThatStopped(t *testing.T) {
-	tg := redistest.New(t)
-	if _, cluster := tg.Client.(*redis.ClusterClient); cluster {
+	lf := newLaneFleet(t, 2, 40)
+	if lf.cluster {
 		t.Log("on a Cluster the lane is not in Redis (TestLaneMovesTheFleetsTasksInBatches checks what happens instead)")
-	}
-	polls := countScript(t, tg.Client, "lane_poll.lua")
-	moves := countScript(t, tg.Client, "lane.lua")
-	limiter, err := throttle.New(tg.Client, "l", throttle.GCRA{Rate: throttle.PerSecond(50), Burst: 1}, throttle.WithPrefix(tg.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen asynqtest.Events
-	rules := []worker.Rule{worker.Rate("report", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))}
-	var log asynqtest.RunLog
-	var f *asynqtest.Fleet
-	for i := range 2 {
-		th := asynqtest.NewThrottler(t, tg, rules, worker.WithObserver(&seen))
-		t.Cleanup(func() { _ = th.Close(context.Background()) })
-		if i == 0 {
-			f = asynqtest.NewFleet(t, tg, 1, 40, th, log.Handler(0))
-		} else {
-			f.AddServer(t, 40, th, log.Handler(0))
-		}
-	}
-	_, cluster := tg.Client.(*redis.ClusterClient)
-	holder := tg.Prefix + "worker:lane:{" + f.Queue + "}:holder"
-	if !cluster {
-		if err := tg.Client.Set(context.Background(), holder, "a-process-that-stopped", 1500*time.Millisecond).Err(); err != nil {
+	} else {
+		holder := lf.tg.Prefix + "worker:lane:{" + lf.f.Queue + "}:holder"
+		if err := lf.tg.Client.Set(context.Background(), holder, "a-process-that-stopped", 1500*time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if tg.Mini != nil {
-			time.AfterFunc(1500*time.Millisecond, func() { tg.Mini.Del(holder) })
+		if lf.tg.Mini != nil {
+			time.AfterFunc(1500*time.Millisecond, func() { lf.tg.Mini.Del(holder) })
 		}
 	}
 	const tasks = 150
-	var ids []string
-	for i := range tasks {
-		ids = append(ids, f.Enqueue(t, "report", map[string]int{"n": i}))
-	}
-	info := f.WaitDone(t, &log, tasks, 60*time.Second)
-	runs := log.Snapshot()
-	asynqtest.CheckOnce(t, runs, ids)
-	if info.Archived != 0 || info.Failed != 0 {
-		t.Errorf("queue after the run: %d archived, %d failed; want 0 and 0", info.Archived, info.Failed)
-	}
-	asynqtest.CheckHeld(t, runs, seen.Slots(), redistest.ClockOffset(t, tg.Client), time.Second, 51)
-	back := seen.Count(worker.Rescheduled)
-	t.Logf("figures: %d tasks, %d went back; the lane's turns %d moved %d; single moves %d", tasks, back, polls.n.Load(), polls.moved.Load(), moves.n.Load())
-	if back < tasks/4 {
-		t.Fatalf("only %d of %d tasks went back: the test does not exercise the lane", back, tasks)
-	}
-	if !cluster && (polls.moved.Load() < int64(back)*9/10 || moves.n.Load() != 0) {
-		t.Errorf("the lane moved %d of %d tasks that went back, single moves %d; want the lane taken over (90%% moved by it) and no single move", polls.moved.Load(), back, moves.n.Load())
+	back := int64(lf.run(t, tasks, tasks/4))
+	if moved, moves := lf.polls.moved.Load(), lf.moves.n.Load(); !lf.cluster && (moved < back*9/10 || moves != 0) {
+		t.Errorf("the lane moved %d of %d tasks that went back, single moves %d; want the lane taken over (90%% moved by it) and no single move", moved, back, moves)
 	}
 }
