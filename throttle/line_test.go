@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -305,6 +306,36 @@ func TestHandedOverLeaseOutlivesTheKey(t *testing.T) {
 	}
 }
 
+// parkingCap returns a cap of 1 slot on its own client to tg, a function
+// that returns the payloads its releases called back so far, and one that
+// counts the script calls of its client.
+func parkingCap(t *testing.T, tg *redistest.Target) (c *throttle.ConcurrencyLimiter, called func() []string, scripts func() int) {
+	t.Helper()
+	counter := &commandCounter{count: map[string]int{}}
+	client := tg.NewClient(t)
+	client.AddHook(counter)
+	c = newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	var mu sync.Mutex
+	var calls []string
+	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
+	called = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls)
+	}
+	scripts = func() int {
+		counter.mu.Lock()
+		defer counter.mu.Unlock()
+		return counter.count["evalsha"] + counter.count["eval"]
+	}
+	return c, called, scripts
+}
+
+// parkAs returns what a worker's waiter w would park with.
+func parkAs(w string) *workergate.CapParking {
+	return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
+}
+
 // TestRefusedWaiterParksInOneCall: a waiter the worker may park, refused
 // with someone waiting ahead of it and no budget to wait, is parked by the
 // call that refused it (one script call in all), and a release calls it
@@ -315,29 +346,15 @@ func TestHandedOverLeaseOutlivesTheKey(t *testing.T) {
 // every process's waiters.
 func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	tg := redistest.New(t)
-	counter := &commandCounter{count: map[string]int{}}
-	client := tg.NewClient(t)
-	client.AddHook(counter)
-	c := newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	c, called, scripts := parkingCap(t, tg)
 	ctx := context.Background()
-	var mu sync.Mutex
-	var calls []string
-	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
-	park := func(w string) *workergate.CapParking {
-		return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
-	}
-	scripts := func() int {
-		counter.mu.Lock()
-		defer counter.mu.Unlock()
-		return counter.count["evalsha"] + counter.count["eval"]
-	}
 
-	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, park("w0"))
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, parkAs("w0"))
 	if err != nil || held == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
 	}
 	before := scripts()
-	if l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l != nil || !parked || ahead != 0 {
+	if l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w1", 0, parkAs("w1")); err != nil || l != nil || !parked || ahead != 0 {
 		t.Fatalf("w1, before any hold was seen: %v, %d ahead, parked %v, %v; want it parked as its budget ran out", l, ahead, parked, err)
 	}
 	if n := scripts() - before; n != 1 {
@@ -352,7 +369,7 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = scripts()
-	l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w2", 0, park("w2"))
+	l, ahead, parked, err := workergate.CapWait(ctx, c, "k", "w2", 0, parkAs("w2"))
 	if err != nil || l != nil || !parked || ahead != 1 {
 		t.Fatalf("w2: %v, %d ahead, parked %v, %v; want parked behind 1", l, ahead, parked, err)
 	}
@@ -364,21 +381,19 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	if err := held.(*throttle.Lease).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(calls) != 1 || calls[0] != "payload-w2" {
+	if calls := called(); len(calls) != 1 || calls[0] != "payload-w2" {
 		t.Errorf("calls after the release: %q; want w2's payload", calls)
 	}
-	mu.Unlock()
 
 	// w1, back, comes for the freed slot, first in line.
-	if l, _, _, err := workergate.CapWait(ctx, c, "k", "w1", 0, park("w1")); err != nil || l == nil {
+	if l, _, _, err := workergate.CapWait(ctx, c, "k", "w1", 0, parkAs("w1")); err != nil || l == nil {
 		t.Fatalf("w1, back to a free slot: %v, %v; want the slot", l, err)
 	}
 	// That release, with a waiter in line, left its process's holds with
 	// the line: a process that has seen none parks by them.
 	other := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
 	workergate.OnCapCall(other, func(string) {}, nil)
-	if l, _, parked, err := workergate.CapWait(ctx, other, "k", "w3", 0, park("w3")); err != nil || l != nil || !parked {
+	if l, _, parked, err := workergate.CapWait(ctx, other, "k", "w3", 0, parkAs("w3")); err != nil || l != nil || !parked {
 		t.Errorf("w3, in a process that saw no hold: %v, parked %v, %v; want parked by the line's holds", l, parked, err)
 	}
 }
@@ -532,30 +547,16 @@ func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
 // did not take up (it had gone) takes the slot when it waits again.
 func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 	tg := redistest.New(t)
-	counter := &commandCounter{count: map[string]int{}}
-	client := tg.NewClient(t)
-	client.AddHook(counter)
-	c := newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
+	c, called, scripts := parkingCap(t, tg)
 	ctx := context.Background()
-	var mu sync.Mutex
-	var calls []string
-	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
-	park := func(w string) *workergate.CapParking {
-		return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
-	}
-	scripts := func() int {
-		counter.mu.Lock()
-		defer counter.mu.Unlock()
-		return counter.count["evalsha"] + counter.count["eval"]
-	}
-	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, park("w0"))
+	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, parkAs("w0"))
 	if err != nil || held == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
 	}
 
 	// Parked as its budget runs out, in one call; then called back.
 	before := scripts()
-	l, _, parked, err := workergate.CapWait(ctx, c, "k", "w1", 200*time.Millisecond, park("w1"))
+	l, _, parked, err := workergate.CapWait(ctx, c, "k", "w1", 200*time.Millisecond, parkAs("w1"))
 	if err != nil || l != nil || !parked {
 		t.Fatalf("w1 after its budget: %v, parked %v, %v; want parked", l, parked, err)
 	}
@@ -565,20 +566,16 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 	if err := held.(*throttle.Lease).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	if len(calls) != 0 {
+	if calls := called(); len(calls) != 0 {
 		t.Errorf("calls at once after a release just after w1 parked: %q; want none", calls)
 	}
-	mu.Unlock()
 	time.Sleep(250 * time.Millisecond) // the call comes 120 ms after the release
-	mu.Lock()
-	if len(calls) != 1 || calls[0] != "payload-w1" {
+	if calls := called(); len(calls) != 1 || calls[0] != "payload-w1" {
 		t.Errorf("calls 250 ms after that release: %q; want w1's payload", calls)
 	}
-	mu.Unlock()
 
 	// Handed the slot by a release within its budget.
-	k2, _, _, err := workergate.CapWait(ctx, c, "k2", "x0", 0, park("x0"))
+	k2, _, _, err := workergate.CapWait(ctx, c, "k2", "x0", 0, parkAs("x0"))
 	if err != nil || k2 == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", k2, err)
 	}
@@ -586,7 +583,7 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		_ = k2.(*throttle.Lease).Release(ctx)
 	}()
-	got, _, parked, err := workergate.CapWait(ctx, c, "k2", "x1", 5*time.Second, park("x1"))
+	got, _, parked, err := workergate.CapWait(ctx, c, "k2", "x1", 5*time.Second, parkAs("x1"))
 	if err != nil || got == nil || parked {
 		t.Fatalf("x1, a slot freed within its budget: %v, parked %v, %v; want the slot", got, parked, err)
 	}
@@ -601,7 +598,7 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 	if err := tg.Client.HSet(ctx, holders+keyspace.WaitersSuffix, "y1", old+"|g|gone-holder").Err(); err != nil {
 		t.Fatal(err)
 	}
-	y1, _, _, err := workergate.CapWait(ctx, c, "k3", "y1", 0, park("y1"))
+	y1, _, _, err := workergate.CapWait(ctx, c, "k3", "y1", 0, parkAs("y1"))
 	if err != nil || y1 == nil {
 		t.Fatalf("y1, handed a slot it did not take up: %v, %v; want the slot", y1, err)
 	}
@@ -611,14 +608,14 @@ func TestWaiterParksWhenItsBudgetRunsOut(t *testing.T) {
 	}
 	// A slot handed over whose lease ran out is nobody's: a waiter that
 	// comes back to such an entry while another holds the slot waits.
-	k4, _, _, err := workergate.CapWait(ctx, c, "k4", "z0", 0, park("z0"))
+	k4, _, _, err := workergate.CapWait(ctx, c, "k4", "z0", 0, parkAs("z0"))
 	if err != nil || k4 == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", k4, err)
 	}
 	if err := tg.Client.HSet(ctx, c.Key("k4")+keyspace.WaitersSuffix, "z1", old+"|g|lapsed-holder").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if z1, _, _, err := workergate.CapWait(ctx, c, "k4", "z1", 0, park("z1")); err != nil || z1 != nil {
+	if z1, _, _, err := workergate.CapWait(ctx, c, "k4", "z1", 0, parkAs("z1")); err != nil || z1 != nil {
 		t.Errorf("z1, whose handed slot lapsed, with the slot held: %v, %v; want no slot", z1, err)
 	}
 }
