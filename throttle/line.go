@@ -27,13 +27,6 @@ func init() {
 		}
 		return lease, ahead, false, err
 	}
-	gate.CapPark = func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error {
-		c, ok := limiter.(*ConcurrencyLimiter)
-		if !ok {
-			return fmt.Errorf("%w: %T is not a ConcurrencyLimiter", ErrNotSupported, limiter)
-		}
-		return c.park(ctx, key, waiter, payload, ttl)
-	}
 	gate.CapLeave = func(ctx context.Context, limiter any, key, waiter string) {
 		if c, ok := limiter.(*ConcurrencyLimiter); ok {
 			c.leave(ctx, key, waiter)
@@ -108,8 +101,8 @@ func (c *ConcurrencyLimiter) waitObserved(ctx context.Context, key, waiter strin
 // waitInLine stands waiter in key's line until it gets a slot, ctx ends or
 // budget runs out (a negative budget never does; a waiter called back from
 // parking waits without one). On ctx's end it leaves the line; when the
-// budget runs out it stays in it and returns a nil Lease: the caller parks
-// it (park) or leaves (leave). With park, its first call parks it at once
+// budget runs out it stays in it and returns a nil Lease: without park,
+// the caller leaves (leave). With park, its first call parks it at once
 // when it is too far back in line to get a slot within budget, as the
 // holds go (see noteHold), and otherwise tells the line its budget, so
 // that the line parks it when that runs out: either way it returns parked
@@ -146,7 +139,8 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		if park != nil && budget >= 0 && (first || deferred) {
 			left = budget
 			if !first {
-				left = time.Until(deadlineAt) - awayGrace
+				// Never negative: a refresh that comes late parks it now.
+				left = max(0, time.Until(deadlineAt)-awayGrace)
 			}
 		}
 		first = false
@@ -220,21 +214,6 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		}
 		refresh.Stop()
 	}
-}
-
-// park marks waiter, in key's line, as away until ttl from now: a release
-// that frees a slot near its place calls it back, handing payload to the
-// limiter's call function (see onCall). A slot already free for it (freed
-// while it was on its way here) calls it back at once.
-func (c *ConcurrencyLimiter) park(ctx context.Context, key, waiter, payload string, ttl time.Duration) error {
-	args := append([]any{"5", waiter}, c.params...)
-	args = append(args, itoa(ttl.Microseconds()), payload, c.Key(key)+wakeSuffix)
-	values, err := c.evalValues(ctx, concurrencyScript, c.lineKeys(key), args)
-	if err != nil {
-		return c.unavailable(ctx, err)
-	}
-	c.called(values) // a slot freed on its way: called back at once
-	return nil
 }
 
 // leave takes waiter out of key's line, in the background if ctx has

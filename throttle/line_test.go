@@ -185,14 +185,11 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
 	}
 	for _, w := range []string{"w1", "w2", "w3"} {
-		if l, _, _, err := workergate.CapWait(ctx, c, "k", w, 0, nil); err != nil || l != nil {
-			t.Fatalf("CapWait(%s) with the slot held: %v, %v; want it in line", w, l, err)
-		}
-		if err := workergate.CapPark(ctx, c, "k", w, "payload-"+w, time.Minute); err != nil {
-			t.Fatal(err)
+		if l, _, parked, err := workergate.CapWait(ctx, c, "k", w, 0, parkAs(w)); err != nil || l != nil || !parked {
+			t.Fatalf("CapWait(%s) with the slot held: %v, parked %v, %v; want it parked in line", w, l, parked, err)
 		}
 	}
-	clock.Advance(4 * time.Second) // past the waiters' own entries, not their parking
+	clock.Advance(4 * time.Second) // past their tasks' way back, not their parking
 	if err := held.(*throttle.Lease).Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +328,11 @@ func parkingCap(t *testing.T, tg *redistest.Target) (c *throttle.ConcurrencyLimi
 	return c, called, scripts
 }
 
+// awaySettled is a little more than concurrency.lua's AWAY_SETTLE (120 ms):
+// how long after the line parks a waiter its task is taken to be on its
+// way back to asynq, during which a release calls it back only later.
+const awaySettled = 150 * time.Millisecond
+
 // parkAs returns what a worker's waiter w would park with.
 func parkAs(w string) *workergate.CapParking {
 	return &workergate.CapParking{Payload: "payload-" + w, TTL: time.Minute}
@@ -431,13 +433,12 @@ func TestReleaseMovesTheCalledTask(t *testing.T) {
 	}
 	for _, wt := range [][2]string{{"w1", "back"}, {"w2", "running"}} {
 		w, task := wt[0], wt[1]
-		if l, _, _, err := workergate.CapWait(ctx, c, "k", w, 0, nil); err != nil || l != nil {
-			t.Fatalf("CapWait(%s) with the slot held: %v, %v; want it in line", w, l, err)
-		}
-		if err := workergate.CapPark(ctx, c, "k", w, task, time.Minute); err != nil {
-			t.Fatal(err)
+		park := &workergate.CapParking{Payload: task, TTL: time.Minute}
+		if l, _, parked, err := workergate.CapWait(ctx, c, "k", w, 0, park); err != nil || l != nil || !parked {
+			t.Fatalf("CapWait(%s) with the slot held: %v, parked %v, %v; want it parked in line", w, l, parked, err)
 		}
 	}
+	time.Sleep(awaySettled) // on the Redis clock, which a real server's tests cannot drive
 	// A third waiter stands in line: its wait's reply lists w1 and w2.
 	if l, _, _, err := workergate.CapWait(ctx, c, "k", "w3", 0, nil); err != nil || l != nil {
 		t.Fatalf("CapWait(w3) with the slot held: %v, %v; want it in line", l, err)
@@ -508,13 +509,12 @@ func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i, w := range []string{"p1", "p2"} {
-		if l, _, _, err := workergate.CapWait(ctx, away, "k", w, 0, nil); err != nil || l != nil {
-			t.Fatalf("CapWait(%s): %v, %v; want it in line", w, l, err)
-		}
-		if err := workergate.CapPark(ctx, away, "k", w, []string{"task-1", "task-2"}[i], time.Minute); err != nil {
-			t.Fatal(err)
+		park := &workergate.CapParking{Payload: []string{"task-1", "task-2"}[i], TTL: time.Minute}
+		if l, _, parked, err := workergate.CapWait(ctx, away, "k", w, 0, park); err != nil || l != nil || !parked {
+			t.Fatalf("CapWait(%s): %v, parked %v, %v; want it parked in line", w, l, parked, err)
 		}
 	}
+	time.Sleep(awaySettled)
 	// w0's release hands the slot to wA and calls p1 (not prepared: its
 	// payload comes back); its message names p2.
 	if err := held.(*throttle.Lease).Release(ctx); err != nil {

@@ -74,7 +74,8 @@ type refusal struct {
 	// too, which has no room for this long.
 	leadWait time.Duration
 	// ahead: parking in a cap's line (how), how many waited before it;
-	// parked: the call that refused it parked it already.
+	// parked: the line parked it (at once, or as its budget ran out);
+	// false only where nothing could call it back (see Throttler.parking).
 	ahead  int
 	parked bool
 	// entered: entering a room (how), the task's claim put it there

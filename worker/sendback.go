@@ -140,8 +140,9 @@ func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles 
 // that nobody calls it; it keeps its place in line until a little after.
 func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 	leave := func() { gate.CapLeave(ctx, r.rule.conc, r.key, tk.waiterID()) }
-	if tk.queue == "" || tk.id == "" {
-		// Outside an asynq server nothing could call it back.
+	if !r.parked {
+		// Outside an asynq server (nothing could call it back), the line
+		// did not park it: it leaves, and comes back by asynq's retry.
 		leave()
 		r.how = waitOrRetry
 		return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
@@ -151,14 +152,6 @@ func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
 		return gave
 	}
 	fallback := time.Now().Add(parkFallback)
-	if !r.parked { // else the call that refused it parked it (see parking)
-		if err := gate.CapPark(ctx, r.rule.conc, r.key, tk.waiterID(), t.parking(tk).Payload, parkFallback+parkMargin); err != nil {
-			leave()
-			r.how, r.retryAfter, r.err = waitOrRetry, unavailableBackoff, err
-			t.observe(ctx, Event{Kind: Failed, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Err: err})
-			return t.goBack(ctx, tk, r, time.Now().Add(comeBackAfter(r)), false)
-		}
-	}
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
 	}

@@ -217,8 +217,9 @@ type Batch struct {
 	Most     int
 }
 
-// CapParking is what a waiter refused by a cap needs to park at once: its
-// payload (see CapPark) and how long its place in line is kept.
+// CapParking is what a waiter refused by a cap needs to be parked in line:
+// its payload, handed to the limiter's OnCapCall function when a release
+// calls it back, and how long its place in line is kept.
 type CapParking struct {
 	Payload string
 	TTL     time.Duration
@@ -344,17 +345,15 @@ var (
 	LeaveRoom func(ctx context.Context, limiter any, key, waiter string) error
 	// CapWait stands waiter in the line of a *throttle.ConcurrencyLimiter's
 	// key until it gets a slot (its *throttle.Lease), ctx ends (an error)
-	// or budget runs out (nil, nil: the waiter stays in line; park it or
-	// let it leave). A waiter called back from parking waits without a
-	// budget. ahead is how many waited before it at the last look. With
-	// park, a waiter so far back in line that it could not get a slot
-	// within budget (as the limiter's recent holds go) is parked at once,
-	// in the call that refused it: parked is then true.
+	// or budget runs out (nil, nil: the waiter stays in line). A waiter
+	// called back from parking waits without a budget. ahead is how many
+	// waited before it at the last look. With park, the waiter is parked
+	// by the line itself, with no call of its own: at once, in the call
+	// that refused it, when it is so far back in line that it could not
+	// get a slot within budget (as the limiter's recent holds go), and
+	// otherwise when its budget runs out; parked is then true. Without
+	// park, a waiter whose budget ran out leaves the line with CapLeave.
 	CapWait func(ctx context.Context, limiter any, key, waiter string, budget time.Duration, park *CapParking) (lease any, ahead int, parked bool, err error)
-	// CapPark marks a waiter in line as away for ttl: a release that frees
-	// a slot near its place calls it back, handing payload to the
-	// limiter's OnCapCall function.
-	CapPark func(ctx context.Context, limiter any, key, waiter, payload string, ttl time.Duration) error
 	// CapLeave takes a waiter out of the line.
 	CapLeave func(ctx context.Context, limiter any, key, waiter string)
 	// OnCapCall sets what brings back the parked waiters the limiter's

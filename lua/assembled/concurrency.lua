@@ -72,7 +72,7 @@ end
 -- release that frees it and told so by a message on the key's channel
 -- ("+<waiter id>"; its entry's payload names the holder it waits as, and
 -- its entry stays, granted ('g'), out of the line, until it comes for the
--- slot, or leaves or parks instead, giving the slot back); parked ('p'),
+-- slot, or leaves instead, giving the slot back); parked ('p'),
 -- away (a
 -- task sent back to its queue), with a payload that says where; or called
 -- ('c'): a parked waiter near the head of the line, whose payload a release
@@ -92,18 +92,15 @@ end
 --          parked) has the payload "<holder id>|<parked expiry us>|<parked
 --          payload>" and parks at its expiry
 -- ARGV[1]  mode: 0 acquire, 1 peek (count only, write nothing),
---          2 release, 3 renew, 4 wait, 5 park, 6 leave the line
--- ARGV[2]  holder id (acquire, release, renew, wait), waiter id (park,
---          leave)
+--          2 release, 3 renew, 4 wait, 6 leave the line
+-- ARGV[2]  holder id (acquire, release, renew, wait), waiter id (leave)
 -- ARGV[3]  limit, the most holders at once
 -- ARGV[4]  lease length in microseconds
 -- ARGV[5]  release, leave: the channel to wake inline waiters on
---          wait, park: how long the entry lasts unless shown again, us
--- ARGV[6]  wait: the waiter id; park: the payload
+--          wait: how long the entry lasts unless shown again, us
+-- ARGV[6]  wait: the waiter id
 -- ARGV[7]  release, leave: how far down the line parked waiters are
---          called, beyond the slots free; park: the channel to wake inline
---          waiters on (a slot freed while the waiter was on its way to
---          park goes to it: it is called at once); wait: look, how many
+--          called, beyond the slots free; wait: look, how many
 --          places from the head of the line to list the parked waiters of
 --          (0: none): the reply then ends with "#" and their ids and
 --          payloads, in pairs, so that the caller's next release of the
@@ -130,7 +127,7 @@ end
 --          refused so far back in line that it would not get a slot within
 --          budget, at about a hold (the line's, else the caller's) over the
 --          limit per waiter ahead of it (there or away: those away come
---          back first), is parked at once, in this call, as park does;
+--          back first), is parked at once, in this call (way 'p');
 --          otherwise it waits inline for its budget and is parked when the
 --          budget runs out (way 'w'). A waiter handed a slot that it did not
 --          take up (it went back) takes the slot when it waits again
@@ -146,12 +143,12 @@ end
 --            value, the waiters in line ahead of it (there or away), a
 --            seventh, 1 when it had been called, and an eighth, 1 when it
 --            parked, 2 when it parks as its budget runs out
---          park, leave: ok = it stood in line; the payloads of the
---            waiters called follow, as for release
+--          leave: ok = it stood in line; the payloads of the waiters
+--            called follow, as for release
 --          reset_after_us: until the last current lease runs out
 
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
-local MODE_WAIT, MODE_PARK, MODE_LEAVE = 4, 5, 6
+local MODE_WAIT, MODE_LEAVE = 4, 6
 local SCAN = 256 -- waiters looked at per call, at most
 -- AWAY_SETTLE: how long after the line parks a waiter whose budget ran out
 -- its task takes to be back in asynq's hands (its handler listens for a
@@ -259,8 +256,7 @@ if mode == MODE_RELEASE or mode == MODE_LEAVE then
 end
 
 -- wake hands the free slots to the first waiters in line: inline ones get
--- them, and are told on the channel (one whose entry names no holder, as
--- an earlier version wrote, is only woken there, to ask), and parked ones
+-- them, and are told on the channel, and parked ones
 -- as far as `ahead` beyond the free slots are called: a prepared one's task
 -- is moved to the head of its queue, the others' payloads returned. With
 -- look, the parked waiters of the first look places it did not call are
@@ -279,17 +275,13 @@ local function wake(reply, channel, ahead, look, hold)
       return true
     end
     if way == 'i' and #woken < free then
-      if payload ~= '' then
-        -- Handed over: the slot is the waiter's holder's now, and the
-        -- message tells it so ("+"). Its entry stays, granted ('g'), out
-        -- of the line, until it comes for the slot or leaves (giving the
-        -- slot back).
-        redis.call('ZADD', KEYS[1], int(now + lease), payload)
-        redis.call('ZREM', KEYS[2], id)
-        redis.call('HSET', KEYS[3], id, int(now + lease) .. '|g|' .. payload)
-        id = '+' .. id
-      end
-      woken[#woken + 1] = id
+      -- Handed over: the slot is the waiter's holder's now, and the message
+      -- tells it so ("+"). Its entry stays, granted ('g'), out of the line,
+      -- until it comes for the slot or leaves (giving the slot back).
+      redis.call('ZADD', KEYS[1], int(now + lease), payload)
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('HSET', KEYS[3], id, int(now + lease) .. '|g|' .. payload)
+      woken[#woken + 1] = '+' .. id
     elseif way == 'a' and position < free + ahead then
       redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
       settling[#settling + 1] = payload
@@ -344,7 +336,7 @@ if mode == MODE_RELEASE or mode == MODE_RENEW then
   return reply
 end
 
-if mode == MODE_PARK or mode == MODE_LEAVE then
+if mode == MODE_LEAVE then
   local id = ARGV[2]
   local info = redis.call('HGET', KEYS[3], id)
   local there = 0
@@ -352,28 +344,13 @@ if mode == MODE_PARK or mode == MODE_LEAVE then
     there = 1
     local _, way, payload = entry(info)
     if way == 'g' then
-      -- Handed a slot it will not use (it left, or parks): the slot is
-      -- given back, and a waiter that parks stands at the head of the line.
+      -- Handed a slot it will not use: the slot is given back.
       redis.call('ZREM', KEYS[1], payload)
-      if mode == MODE_PARK then
-        local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-        redis.call('ZADD', KEYS[2], (tonumber(head[2]) or 1) - 1, id)
-      end
     end
   end
-  if mode == MODE_LEAVE then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
-  end
-  local reply = {there, math.max(0, limit - live()), 0, until_last(), now}
-  if there == 1 then
-    local ttl = tonumber(ARGV[5])
-    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|p|' .. ARGV[6])
-    keep(ttl)
-    return wake(reply, ARGV[7], 0)
-  end
-  return reply
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[3], id)
+  return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
 end
 
 local count = live()
@@ -467,7 +444,7 @@ if mode == MODE_WAIT then
     hold = tonumber(redis.call('HGET', KEYS[3], '~hold')) or tonumber(ARGV[11]) or 0
   end
   if hold > 0 and (ahead + 1) * hold > budget * limit then
-    -- Too far back to wait here: parked at once, as park does.
+    -- Too far back to wait here: parked at once.
     local park_ttl = tonumber(ARGV[10])
     redis.call('HSET', KEYS[3], id, int(now + park_ttl) .. '|p|' .. ARGV[9])
     keep(park_ttl)
