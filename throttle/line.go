@@ -189,21 +189,17 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 			refreshes = refresh.C
 		}
 		select {
-		case granted := <-woken:
-			if granted {
-				// A release handed it the slot: its lease runs from after
-				// this call was sent.
-				refresh.Stop()
-				return startLease(c, key, holder, sent), 0, false, nil
-			}
+		case <-woken:
+			// A release handed it the slot: its lease runs from after this
+			// call was sent.
+			refresh.Stop()
+			return startLease(c, key, holder, sent), 0, false, nil
 		case <-refreshes:
 		case <-deadline:
 			refresh.Stop()
 			select {
-			case granted := <-woken:
-				if granted { // handed the slot as the budget ran out
-					return startLease(c, key, holder, sent), 0, false, nil
-				}
+			case <-woken: // handed the slot as the budget ran out
+				return startLease(c, key, holder, sent), 0, false, nil
 			default:
 			}
 			return nil, ahead, deferred, nil
@@ -274,7 +270,7 @@ func intsOf(values []any, n int) ([]int64, error) {
 // wakes returns the limiter's subscriber, made on first use.
 func (c *ConcurrencyLimiter) wakes() *waker {
 	c.wakerOnce.Do(func() {
-		c.waker = &waker{client: c.client, heads: &c.heads, waiters: map[string]map[string]chan bool{}}
+		c.waker = &waker{client: c.client, heads: &c.heads, waiters: map[string]map[string]chan struct{}{}}
 	})
 	return c.waker
 }
@@ -291,9 +287,9 @@ type waker struct {
 
 	mu         sync.Mutex
 	ps         *redis.PubSub
-	waiters    map[string]map[string]chan bool // channel -> waiter -> its signal: true when handed a slot
-	subscribed map[string]bool                 // channels subscribed to, waited on or lingering
-	idle       *time.Timer                     // closes the connection when no waiter came back
+	waiters    map[string]map[string]chan struct{} // channel -> waiter -> its signal: handed a slot
+	subscribed map[string]bool                     // channels subscribed to, waited on or lingering
+	idle       *time.Timer                         // closes the connection when no waiter came back
 }
 
 // wakerLinger is how long a waker keeps its connection after its last
@@ -306,8 +302,8 @@ const (
 
 // join subscribes waiter to channel and returns its signal and the function
 // that unsubscribes it.
-func (w *waker) join(channel, waiter string) (<-chan bool, func()) {
-	signal := make(chan bool, 1)
+func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
+	signal := make(chan struct{}, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.idle != nil {
@@ -324,7 +320,7 @@ func (w *waker) join(channel, waiter string) (<-chan bool, func()) {
 		w.subscribed[channel] = true
 	}
 	if w.waiters[channel] == nil {
-		w.waiters[channel] = map[string]chan bool{}
+		w.waiters[channel] = map[string]chan struct{}{}
 	}
 	w.waiters[channel][waiter] = signal
 	return signal, func() {
@@ -366,11 +362,10 @@ func (w *waker) deliver(ps *redis.PubSub) {
 		}
 		w.mu.Lock()
 		for _, id := range strings.Split(ids, ",") {
-			id, granted := strings.CutPrefix(id, "+")
-			if signal, ok := w.waiters[msg.Channel][id]; ok {
+			if signal, ok := w.waiters[msg.Channel][strings.TrimPrefix(id, "+")]; ok {
 				select {
-				case signal <- granted:
-				default: // a signal waits already: the waiter asks, and learns it
+				case signal <- struct{}{}:
+				default: // a signal waits already
 				}
 			}
 		}

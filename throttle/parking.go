@@ -137,8 +137,8 @@ func (c *ConcurrencyLimiter) prepared(key string) (keys []string, args []any) {
 	return keys, append(append(args, strconv.Itoa(len(pairs)/2)), pairs...)
 }
 
-// called hands the payloads of the parked waiters a release, leave or
-// park called back and did not move (its values past the fifth) to the
+// called hands the payloads of the parked waiters a release or leave
+// called back and did not move (its values past the fifth) to the
 // worker's call function.
 func (c *ConcurrencyLimiter) called(values []any) {
 	p := c.parking.Load()
