@@ -40,7 +40,9 @@ func init() {
 }
 
 // Suffixes of a concurrency key's line and waiters, in its Cluster slot,
-// and of the channel its inline waiters are woken on.
+// and of the channels its inline waiters are woken on: one for each
+// limiter with waiters, the suffix followed by ":" and the limiter's waker
+// token (see waker).
 // (waitersSuffix, the waiters' entries, is a room's too.)
 const (
 	lineSuffix = ":line"
@@ -124,9 +126,12 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 	// deferred: the line parks the waiter when its budget runs out (way
 	// 'w' of concurrency.lua), so it returns parked then, with no call.
 	deferred := false
-	woken, leaveChannel := c.wakes().join(c.Key(key)+wakeSuffix, waiter)
+	w := c.wakes()
+	woken, leaveChannel := w.join(c.Key(key)+wakeSuffix+":"+w.token, waiter)
 	defer leaveChannel()
-	holder := newHolderID()
+	// The holder names the waker (its token, before the "."): the release
+	// that hands it a slot tells only this limiter's channel.
+	holder := w.token + "." + newHolderID()
 	look := itoa(int64(c.look()))
 	first := true
 	for {
@@ -270,20 +275,23 @@ func intsOf(values []any, n int) ([]int64, error) {
 // wakes returns the limiter's subscriber, made on first use.
 func (c *ConcurrencyLimiter) wakes() *waker {
 	c.wakerOnce.Do(func() {
-		c.waker = &waker{client: c.client, heads: &c.heads, waiters: map[string]map[string]chan struct{}{}}
+		c.waker = &waker{client: c.client, heads: &c.heads, token: newHolderID()[:12], waiters: map[string]map[string]chan struct{}{}}
 	})
 	return c.waker
 }
 
 // A waker is one pub/sub connection per ConcurrencyLimiter, subscribed to
-// the wake channels of the keys this process has waiters in line for; it
-// passes each message on to the waiters it names. A channel stays
+// its own wake channel of each key it has waiters in line for (the key's
+// wake channel and its token), so that a release's message reaches only
+// the limiter whose waiter it hands a slot, however many processes wait
+// on the key; it passes each message on to the waiters it names. A channel stays
 // subscribed, and the connection open, for wakerLinger after its last
 // waiter left, so that a busy process does not open a connection and
 // subscribe for every task that takes a slot.
 type waker struct {
 	client redis.UniversalClient
 	heads  *heads // told by a release's wake-up message (see concurrency.lua)
+	token  string // names this waker's channels, and its waiters' holders
 
 	mu         sync.Mutex
 	ps         *redis.PubSub
@@ -358,7 +366,7 @@ func (w *waker) deliver(ps *redis.PubSub) {
 	for msg := range ps.Channel() {
 		ids, heads, listed := strings.Cut(msg.Payload, "\n")
 		if listed {
-			w.heads.noteMessage(msg.Channel, heads)
+			w.heads.noteMessage(strings.TrimSuffix(msg.Channel, wakeSuffix+":"+w.token), heads)
 		}
 		w.mu.Lock()
 		for _, id := range strings.Split(ids, ",") {

@@ -94,8 +94,8 @@ func (c *ConcurrencyLimiter) noteHeads(key string, values []any) {
 
 // noteMessage remembers the parked waiters a release told on a key's wake
 // channel after the ids it woke: "#" and their ids and payloads, one a
-// line.
-func (h *heads) noteMessage(channel, msg string) {
+// line. key is the holders' Redis key.
+func (h *heads) noteMessage(key, msg string) {
 	lines := strings.Split(msg, "\n")
 	if lines[0] != "#" || len(lines)%2 != 1 {
 		return // not a list this version wrote
@@ -104,7 +104,7 @@ func (h *heads) noteMessage(channel, msg string) {
 	for i := 1; i+1 < len(lines); i += 2 {
 		ws = append(ws, parkedWaiter{lines[i], lines[i+1]})
 	}
-	h.set(strings.TrimSuffix(channel, wakeSuffix), ws)
+	h.set(key, ws)
 }
 
 // prepared returns the KEYS and ARGV a release or leave of key adds (see

@@ -96,7 +96,9 @@ end
 -- ARGV[2]  holder id (acquire, release, renew, wait), waiter id (leave)
 -- ARGV[3]  limit, the most holders at once
 -- ARGV[4]  lease length in microseconds
--- ARGV[5]  release, leave: the channel to wake inline waiters on
+-- ARGV[5]  release, leave: the channel to wake inline waiters on: each
+--          waiter's message goes to this channel, ":" and the token its
+--          holder id starts with (up to a "."), its process's own
 --          wait: how long the entry lasts unless shown again, us
 -- ARGV[6]  wait: the waiter id
 -- ARGV[7]  release, leave: how far down the line parked waiters are
@@ -256,11 +258,11 @@ if mode == MODE_RELEASE or mode == MODE_LEAVE then
 end
 
 -- wake hands the free slots to the first waiters in line: inline ones get
--- them, and are told on the channel, and parked ones
--- as far as `ahead` beyond the free slots are called: a prepared one's task
--- is moved to the head of its queue, the others' payloads returned. With
--- look, the parked waiters of the first look places it did not call are
--- told on the channel too (see release). Waiters on their way back to
+-- them, and are told on their own process's channel (see ARGV[5]), and
+-- parked ones as far as `ahead` beyond the free slots are called: a
+-- prepared one's task is moved to the head of its queue, the others'
+-- payloads returned. With look, the parked waiters of the first look
+-- places it did not call are told in those messages too (see release). Waiters on their way back to
 -- their queue ('a') are called too; their payloads come after a "~", for
 -- the caller to bring them back once they are there.
 local function wake(reply, channel, ahead, look, hold)
@@ -269,19 +271,28 @@ local function wake(reply, channel, ahead, look, hold)
   if free <= 0 and ahead <= 0 then
     return reply
   end
-  local woken, heads, settling = {}, {'#'}, {'~'}
+  local heads, settling = {'#'}, {'~'}
+  -- The waiters woken: how many, and their "+<id>"s by channel token
+  -- (tokens: the tokens, in order).
+  local woken, by_token, tokens = 0, {}, {}
   local seen = line(function(id, way, payload, position, expiry)
-    if position >= free + ahead and #woken >= free and position >= look then
+    if position >= free + ahead and woken >= free and position >= look then
       return true
     end
-    if way == 'i' and #woken < free then
+    if way == 'i' and woken < free then
       -- Handed over: the slot is the waiter's holder's now, and the message
       -- tells it so ("+"). Its entry stays, granted ('g'), out of the line,
       -- until it comes for the slot or leaves (giving the slot back).
       redis.call('ZADD', KEYS[1], int(now + lease), payload)
       redis.call('ZREM', KEYS[2], id)
       redis.call('HSET', KEYS[3], id, int(now + lease) .. '|g|' .. payload)
-      woken[#woken + 1] = '+' .. id
+      local token = string.match(payload, '^([^.]*)%.') or ''
+      if not by_token[token] then
+        by_token[token] = {}
+        tokens[#tokens + 1] = token
+      end
+      table.insert(by_token[token], '+' .. id)
+      woken = woken + 1
     elseif way == 'a' and position < free + ahead then
       redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
       settling[#settling + 1] = payload
@@ -305,13 +316,15 @@ local function wake(reply, channel, ahead, look, hold)
       reply[#reply + 1] = v
     end
   end
-  if #woken > 0 then
+  if #tokens > 0 then
     prune() -- the key outlives the leases handed over too
-    local msg = table.concat(woken, ',')
+    local listed = ''
     if #heads > 1 then
-      msg = msg .. '\n' .. table.concat(heads, '\n')
+      listed = '\n' .. table.concat(heads, '\n')
     end
-    redis.call('PUBLISH', channel, msg)
+    for _, token in ipairs(tokens) do
+      redis.call('PUBLISH', channel .. ':' .. token, table.concat(by_token[token], ',') .. listed)
+    end
   end
   return reply
 end
