@@ -10,8 +10,7 @@
 -- release that frees it and told so by a message on the key's channel
 -- ("+<waiter id>"; its entry's payload names the holder it waits as, and
 -- its entry stays, granted ('g'), out of the line, until it comes for the
--- slot, or leaves instead, giving the slot back); parked ('p'),
--- away (a
+-- slot, or leaves instead, giving the slot back); parked ('p'), away (a
 -- task sent back to its queue), with a payload that says where; or called
 -- ('c'): a parked waiter near the head of the line, whose payload a release
 -- hands to its caller to bring it back in time. A waiter that waits inline
@@ -200,9 +199,10 @@ end
 -- parked ones as far as `ahead` beyond the free slots are called: a
 -- prepared one's task is moved to the head of its queue, the others'
 -- payloads returned. With look, the parked waiters of the first look
--- places it did not call are told in those messages too (see release). Waiters on their way back to
--- their queue ('a') are called too; their payloads come after a "~", for
--- the caller to bring them back once they are there.
+-- places it did not call are told in those messages too (see release).
+-- Waiters on their way back to their queue ('a') are called too; their
+-- payloads come after a "~", for the caller to bring them back once they
+-- are there.
 local function wake(reply, channel, ahead, look, hold)
   local free = limit - live()
   look = look or 0

@@ -284,10 +284,10 @@ func (c *ConcurrencyLimiter) wakes() *waker {
 // its own wake channel of each key it has waiters in line for (the key's
 // wake channel and its token), so that a release's message reaches only
 // the limiter whose waiter it hands a slot, however many processes wait
-// on the key; it passes each message on to the waiters it names. A channel stays
-// subscribed, and the connection open, for wakerLinger after its last
-// waiter left, so that a busy process does not open a connection and
-// subscribe for every task that takes a slot.
+// on the key; it passes each message on to the waiters it names. A
+// channel stays subscribed, and the connection open, for wakerLinger after
+// its last waiter left, so that a busy process does not open a connection
+// and subscribe for every task that takes a slot.
 type waker struct {
 	client redis.UniversalClient
 	heads  *heads // told by a release's wake-up message (see concurrency.lua)
