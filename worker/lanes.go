@@ -45,6 +45,14 @@ func (t *Throttler) laneKeysOf(queue string) (lane, holder string) {
 	return lane, lane + ":holder"
 }
 
+// lanePollKeys returns the keys lane_poll.lua declares for queue before
+// the tasks it moves: asynq's retry, scheduled and pending keys, the lane
+// and its holder.
+func (t *Throttler) lanePollKeys(queue string) []string {
+	lane, holder := t.laneKeysOf(queue)
+	return []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue), lane, holder}
+}
+
 // laneJoin returns what a task's start needs to join its queue's lane in
 // the same call, or nil when the task cannot: it runs outside an asynq
 // server, it is to be handed over to a copy of itself, or the rules decide
@@ -93,9 +101,7 @@ func (t *Throttler) joinedLane(queue string, due time.Time, holder gate.LaneHold
 func (t *Throttler) laneTurn(ctx context.Context, queue string) time.Time {
 	d, id := &t.dispatch, roomID{key: queue}
 	named := d.laneNamed[id]
-	retry, scheduled, pending := asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue)
-	lane, holder := t.laneKeysOf(queue)
-	keys := append(make([]string, 0, 5+len(named)), retry, scheduled, pending, lane, holder)
+	keys := t.lanePollKeys(queue)
 	args := append(make([]any, 0, 6+len(named)), d.self.ID, dispatcherLease.Milliseconds(), time.Now().UnixNano(),
 		laneWindow.Milliseconds(), laneLookahead.Milliseconds(), laneNamed)
 	for _, task := range named {
@@ -174,10 +180,8 @@ func (t *Throttler) resignLanes(ctx context.Context) {
 		lanes[id] = time.Time{}
 	}
 	for id := range lanes {
-		lane, holder := t.laneKeysOf(id.key)
 		_ = bounded.Call(ctx, func(ctx context.Context) error {
-			return lanePollScript.Run(ctx, t.client, []string{asynqRetryKey(id.key), asynqScheduledKey(id.key), asynqPendingKey(id.key), lane, holder},
-				d.self.ID, "0", strconv.FormatInt(time.Now().UnixNano(), 10), "0", "0", "0").Err()
+			return lanePollScript.Run(ctx, t.client, t.lanePollKeys(id.key), d.self.ID, "0", strconv.FormatInt(time.Now().UnixNano(), 10), "0", "0", "0").Err()
 		})
 	}
 	d.laneNamed = nil
