@@ -38,6 +38,8 @@ func fleetMain(args []string) error {
 	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
 	rounds := fs.Int("rounds", 1, "times each fleet runs, the library and plain asynq alternated, for the median ratio of their throughputs")
 	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
+	backOnce := fs.Bool("plain-back-once", false, "plain asynq sends each task back once through its own retry (1 s later, not counted as a failure) before running it: what asynq alone spends on a task that goes back, the floor under the library's")
+	inline := fs.Duration("inline-wait", 0, "worker.WithInlineWait for every worker process; 0: the default")
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
 	_ = fs.Parse(args)
 	var childEnv []string
@@ -46,6 +48,12 @@ func fleetMain(args []string) error {
 	}
 	if *oneClient {
 		childEnv = append(childEnv, childOneClient+"=1")
+	}
+	if *inline > 0 {
+		childEnv = append(childEnv, childInline+"="+inline.String())
+	}
+	if *backOnce {
+		childEnv = append(childEnv, childBackOnce+"=1")
 	}
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -155,6 +163,8 @@ type fleetEvent struct {
 	n      int64  // R: round trips
 	pings  int64  // R: PINGs among them
 	back   int64  // R: tasks sent back to asynq
+	id     string // T: a task's asynq ID
+	sent   bool   // T: the task was sent back by this process
 }
 
 // fleetStart is one handler start.
@@ -165,13 +175,19 @@ type fleetStart struct {
 
 // fleetResult is what one run of a fleet measured.
 type fleetResult struct {
-	tasks      int
-	starts     []fleetStart
-	trips      int64
-	pings      int64 // of trips: settle's PINGs (worker.WithSettle)
-	back       int64 // tasks sent back to asynq (worker.Rescheduled)
+	tasks  int
+	starts []fleetStart
+	trips  int64
+	pings  int64 // of trips: settle's PINGs (worker.WithSettle)
+	back   int64 // tasks sent back to asynq (worker.Rescheduled)
+	// byTask is each task's library round trips, made with its handler's
+	// context, over every process; sentBack the tasks sent back at least
+	// once.
+	byTask     map[string]int64
+	sentBack   map[string]bool
 	base       rates // Redis with no worker process
 	idle       rates // the fleet at rest
+	idleAfter  rates // the fleet at rest again, its tasks done
 	run        rates // the fleet at work
 	runElapsed time.Duration
 }
@@ -183,10 +199,6 @@ type fleetResult struct {
 func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, childEnv []string) (fleetResult, error) {
 	var res fleetResult
 	if err := admin.FlushAll(ctx).Err(); err != nil {
-		return res, err
-	}
-	inspector := asynq.NewInspectorFromRedisClient(admin)
-	if err := inspector.PauseQueue(fleetQueue); err != nil {
 		return res, err
 	}
 	base, err := watch(ctx, admin, idleFor/2)
@@ -270,6 +282,12 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if res.idle, err = watch(ctx, admin, idleFor); err != nil {
 		return res, err
 	}
+	// Paused only now: asynq's workers poll a paused queue more cheaply than
+	// an empty one, which is what they poll while the tasks wait.
+	inspector := asynq.NewInspectorFromRedisClient(admin)
+	if err := inspector.PauseQueue(fleetQueue); err != nil {
+		return res, err
+	}
 	client := asynq.NewClientFromRedisClient(admin)
 	for i := range sc.tasks {
 		payload := fmt.Sprintf(`{"tenant":"t%d"}`, i%sc.tenants)
@@ -305,13 +323,46 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if err != nil {
 		return res, err
 	}
+	if res.idleAfter, err = watch(ctx, admin, idleFor); err != nil {
+		return res, err
+	}
 	after, err := ask()
 	if err != nil {
 		return res, err
 	}
 	res.tasks, res.trips, res.pings, res.back = sc.tasks, after.n-before.n, after.pings-before.pings, after.back-before.back
+	if res.byTask, res.sentBack, err = tasksOf(stdins, events, n); err != nil {
+		return res, err
+	}
 	res.run, res.runElapsed = to.since(from), to.at.Sub(from.at)
 	return res, nil
+}
+
+// tasksOf asks each of the n worker processes for its round trips by task
+// and the tasks it sent back, and adds them up by task.
+func tasksOf(stdins []interface{ Close() error }, events <-chan fleetEvent, n int) (map[string]int64, map[string]bool, error) {
+	byTask, sent := map[string]int64{}, map[string]bool{}
+	for _, in := range stdins {
+		if _, err := fmt.Fprintln(in.(interface{ Write([]byte) (int, error) }), "tasks"); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ended := 0; ended < n; {
+		e, err := next(events, 30*time.Second)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch e.kind {
+		case "T":
+			byTask[e.id] += e.n
+			if e.sent {
+				sent[e.id] = true
+			}
+		case "TEND":
+			ended++
+		}
+	}
+	return byTask, sent, nil
 }
 
 // readEvents sends the lines a worker process prints as events.
@@ -327,6 +378,10 @@ func readEvents(out interface{ Read([]byte) (int, error) }, events chan<- fleetE
 		case e.kind == "S" && len(f) == 3:
 			e.at, _ = strconv.ParseInt(f[1], 10, 64)
 			e.tenant = f[2]
+		case e.kind == "T" && len(f) == 4:
+			e.id = f[1]
+			e.n, _ = strconv.ParseInt(f[2], 10, 64)
+			e.sent = f[3] == "1"
 		case e.kind == "R" && len(f) == 4:
 			e.n, _ = strconv.ParseInt(f[1], 10, 64)
 			e.pings, _ = strconv.ParseInt(f[2], 10, 64)

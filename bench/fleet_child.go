@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -27,6 +28,11 @@ const (
 	childPoll = "JT_FLEET_POLL"
 	// "1": asynq, the Throttler and its limiters share one client
 	childOneClient = "JT_FLEET_ONE_CLIENT"
+	// "1": without the middleware, each task goes back once through
+	// asynq's retry before it runs
+	childBackOnce = "JT_FLEET_BACK_ONCE"
+	// worker.WithInlineWait's duration; unset: the default
+	childInline = "JT_FLEET_INLINE"
 )
 
 // fleetQueue is the one queue the fleet's tasks go to.
@@ -50,7 +56,7 @@ func fleetChild() int {
 	addr := os.Getenv(childAddr)
 	asynqRDB := redis.NewClient(&redis.Options{Addr: addr})
 	libRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
-	trips := &counter{}
+	trips := &counter{byTask: &taskTrips{n: map[string]int64{}}}
 	if os.Getenv(childOneClient) == "1" {
 		if err := loadLibrarySHAs(); err != nil {
 			fmt.Fprintln(os.Stderr, "fleet child:", err)
@@ -78,7 +84,24 @@ func fleetChild() int {
 		cfg.TaskCheckInterval, _ = time.ParseDuration(poll)
 		cfg.DelayedTaskCheckInterval, _ = time.ParseDuration(forward)
 	}
+	var back atomic.Int64 // tasks sent back to asynq (worker.Rescheduled, or plain ones sent back once)
+	var wentBack sync.Map // the IDs of the tasks sent back
+	backOnce := os.Getenv(childPlain) == "1" && os.Getenv(childBackOnce) == "1"
+	if backOnce {
+		// asynq's own way back, as a plain fleet would throttle. The retry
+		// counts as a failure (two counters more in asynq's retry than the
+		// library's way back), so that the task's retry count tells any
+		// process of the fleet that it has been back once.
+		cfg.RetryDelayFunc = func(int, error, *asynq.Task) time.Duration { return time.Second }
+	}
 	var h asynq.Handler = asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		if backOnce {
+			if tries, _ := asynq.GetRetryCount(ctx); tries == 0 {
+				back.Add(1)
+				wentBack.Store(task.ResultWriter().TaskID(), true)
+				return errors.New("fleet: back once")
+			}
+		}
 		var p struct{ Tenant string }
 		_ = json.Unmarshal(task.Payload(), &p)
 		say("S %d %s", time.Now().UnixNano(), p.Tenant)
@@ -87,15 +110,20 @@ func fleetChild() int {
 		return nil
 	})
 	var th *worker.Throttler
-	var back atomic.Int64 // tasks sent back to asynq (worker.Rescheduled)
 	if os.Getenv(childPlain) != "1" {
 		rules, err := sc.rules(libRDB)
 		if err == nil {
-			th, err = worker.New(libRDB, rules, worker.WithLogger(nil), worker.WithObserver(worker.ObserverFunc(func(_ context.Context, e worker.Event) {
+			opts := []worker.Option{worker.WithLogger(nil)}
+			if d, perr := time.ParseDuration(os.Getenv(childInline)); perr == nil {
+				opts = append(opts, worker.WithInlineWait(d))
+			}
+			opts = append(opts, worker.WithObserver(worker.ObserverFunc(func(_ context.Context, e worker.Event) {
 				if e.Kind == worker.Rescheduled {
 					back.Add(1)
+					wentBack.Store(e.TaskID, true)
 				}
 			})))
+			th, err = worker.New(libRDB, rules, opts...)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleet child:", err)
@@ -112,8 +140,24 @@ func fleetChild() int {
 	say("READY")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if in.Text() == "count" {
+		switch in.Text() {
+		case "count":
 			say("R %d %d %d", trips.n.Load(), trips.pings.Load(), back.Load())
+		case "tasks":
+			// Every task this process made round trips for or sent back:
+			// "T <ID> <round trips> <1 if sent back>", then "TEND".
+			byTask := trips.byTask.snapshot()
+			wentBack.Range(func(id, _ any) bool {
+				if _, ok := byTask[id.(string)]; !ok {
+					byTask[id.(string)] = 0
+				}
+				return true
+			})
+			for id, n := range byTask {
+				_, sent := wentBack.Load(id)
+				say("T %s %d %d", id, n, boolInt(sent))
+			}
+			say("TEND")
 		}
 	}
 	srv.Shutdown()
@@ -124,6 +168,13 @@ func fleetChild() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = th.Close(ctx)
+	}
+	return 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
 	}
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,20 +76,40 @@ func watch(ctx context.Context, rdb *redis.Client, d time.Duration) (rates, erro
 
 // fleetRow is one line of a scenario's table.
 type fleetRow struct {
-	n                    int
-	plain                bool
-	tasks                int
-	perKeyRate, overall  float64 // tasks/s
-	mostPerKey, mostAll  int     // starts in any 1 s
-	trips                float64 // library round trips per task
-	pings                float64 // of them, PINGs
-	back                 float64 // tasks sent back to asynq, per task
-	cmdsPerTask, cpuTask float64 // idle rate taken out; CPU in µs
+	n                   int
+	plain               bool
+	tasks               int
+	perKeyRate, overall float64 // tasks/s
+	mostPerKey, mostAll int     // starts in any 1 s
+	trips               float64 // library round trips per task
+	pings               float64 // of them, PINGs
+	back                float64 // tasks sent back to asynq, per task
+	// tripsAtOnce is the round trips of a task never sent back; tripsBack
+	// those of a task sent back, its own and the fleet's round trips made
+	// for no task (the return lane's turns, a waiting room's releases)
+	// shared among such tasks (NaN without them).
+	tripsAtOnce, tripsBack float64
+	cmdsPerTask, cpuTask   float64 // idle rate taken out; CPU in µs
 }
 
 func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 	row := fleetRow{n: n, plain: plain, tasks: r.tasks, trips: float64(r.trips) / float64(r.tasks), pings: float64(r.pings) / float64(r.tasks),
 		back: float64(r.back) / float64(r.tasks)}
+	var own, ownBack, atOnce, sent int64
+	for id, n := range r.byTask {
+		own += n
+		if r.sentBack[id] {
+			ownBack, sent = ownBack+n, sent+1
+		}
+	}
+	atOnce = int64(r.tasks) - sent
+	row.tripsAtOnce, row.tripsBack = math.NaN(), math.NaN()
+	if atOnce > 0 {
+		row.tripsAtOnce = float64(own-ownBack) / float64(atOnce)
+	}
+	if sent > 0 {
+		row.tripsBack = float64(ownBack+r.trips-own) / float64(sent)
+	}
 	all := make([]time.Time, len(r.starts))
 	byKey := map[string][]time.Time{}
 	for i, s := range r.starts {
@@ -103,8 +124,10 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 		row.mostPerKey = max(row.mostPerKey, most)
 	}
 	row.perKeyRate = sum / float64(max(1, len(byKey)))
-	idleCmds := r.idle.cmdsPerSec() * r.runElapsed.Seconds()
-	idleCPU := r.idle.cpuPerSec() * r.runElapsed.Seconds()
+	// The fleet's rate at rest: the mean of the spans before and after the
+	// tasks, which differ by up to a tenth from one span to the next.
+	idleCmds := (r.idle.cmdsPerSec() + r.idleAfter.cmdsPerSec()) / 2 * r.runElapsed.Seconds()
+	idleCPU := (r.idle.cpuPerSec() + r.idleAfter.cpuPerSec()) / 2 * r.runElapsed.Seconds()
 	row.cmdsPerTask = (float64(r.run.cmds) - idleCmds) / float64(r.tasks)
 	row.cpuTask = (r.run.cpu - idleCPU) / float64(r.tasks) * 1e6
 	return row
@@ -135,13 +158,15 @@ type idleRow struct {
 	plain    bool
 	cmds     float64 // per second
 	cpu      float64 // µs per second
+	cpuAfter float64 // µs per second, at rest again after the tasks
 }
 
 func (r fleetResult) atRest(n int, plain bool, scenario string) idleRow {
 	return idleRow{
 		scenario: scenario, n: n, plain: plain,
-		cmds: (r.idle.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
-		cpu:  (r.idle.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
+		cmds:     (r.idle.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
+		cpu:      (r.idle.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
+		cpuAfter: (r.idleAfter.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
 	}
 }
 
@@ -153,14 +178,23 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		}
 		return fmt.Sprintf(" (≤%d)", n)
 	}
-	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\twent back/task\tRedis cmds/task\tRedis CPU µs/task\t\n")
-	for _, r := range rows {
-		who, trips, pings, back := "library", fmt.Sprintf("%.2f", r.trips), fmt.Sprintf("%.2f", r.pings), fmt.Sprintf("%.2f", r.back)
-		if r.plain {
-			who, trips, pings, back = "plain asynq", "—", "—", "—"
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\t\n")
+	two := func(v float64) string {
+		if math.IsNaN(v) {
+			return "—"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
-			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, back, r.cmdsPerTask, r.cpuTask)
+		return fmt.Sprintf("%.2f", v)
+	}
+	for _, r := range rows {
+		who, trips, pings, back, once, sent := "library", two(r.trips), two(r.pings), two(r.back), two(r.tripsAtOnce), two(r.tripsBack)
+		if r.plain {
+			who, trips, pings, back, once, sent = "plain asynq", "—", "—", "—", "—", "—"
+			if r.back > 0 {
+				who, back = "plain asynq, back once", two(r.back)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, back, once, sent, r.cmdsPerTask, r.cpuTask)
 	}
 	_ = tw.Flush()
 }
@@ -168,13 +202,13 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 func printIdleRows(w io.Writer, rows []idleRow) {
 	fmt.Fprintln(w, "at rest, per worker process (Redis with no worker process taken out):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "scenario\tN\tfleet\tRedis cmds/s\tRedis CPU µs/s\t\n")
+	fmt.Fprintf(tw, "scenario\tN\tfleet\tRedis cmds/s\tRedis CPU µs/s\tafter the tasks\t\n")
 	for _, r := range rows {
 		who := "library"
 		if r.plain {
 			who = "plain asynq"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t\n", r.scenario, r.n, who, r.cmds, r.cpu)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t%.0f\t\n", r.scenario, r.n, who, r.cmds, r.cpu, r.cpuAfter)
 	}
 	_ = tw.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -26,6 +28,36 @@ import (
 type counter struct {
 	n, pings    atomic.Int64
 	libraryOnly bool
+	// byTask, when set, counts the round trips made for each task: those
+	// whose context carries asynq's task ID (the middleware passes the
+	// handler's context down), by that ID.
+	byTask *taskTrips
+}
+
+// taskTrips counts round trips by asynq task ID. Safe for concurrent use.
+type taskTrips struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (t *taskTrips) add(ctx context.Context) {
+	if t == nil {
+		return
+	}
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	t.n[id]++
+	t.mu.Unlock()
+}
+
+// snapshot returns a copy of the counts.
+func (t *taskTrips) snapshot() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.n)
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -33,6 +65,7 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if !connectionSetup(cmd) && (!c.libraryOnly || ofLibrary(cmd)) {
 			c.n.Add(1)
+			c.byTask.add(ctx)
 		}
 		if cmd.Name() == "ping" {
 			c.pings.Add(1)
@@ -44,6 +77,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) == 0 || !connectionSetup(cmds[0]) && (!c.libraryOnly || slices.ContainsFunc(cmds, ofLibrary)) {
 			c.n.Add(1)
+			c.byTask.add(ctx)
 		}
 		return next(ctx, cmds)
 	}
