@@ -163,6 +163,7 @@ type fleetEvent struct {
 	n      int64  // R: round trips
 	pings  int64  // R: PINGs among them
 	back   int64  // R: tasks sent back to asynq
+	reg    int64  // R: the registry's writes among the round trips
 	id     string // T: a task's asynq ID
 	sent   bool   // T: the task was sent back by this process
 }
@@ -179,7 +180,10 @@ type fleetResult struct {
 	starts []fleetStart
 	trips  int64
 	pings  int64 // of trips: settle's PINGs (worker.WithSettle)
-	back   int64 // tasks sent back to asynq (worker.Rescheduled)
+	// of trips: the registry's writes (a limiter's first decision in a
+	// process writes its entry, then every minute or so)
+	registry int64
+	back     int64 // tasks sent back to asynq (worker.Rescheduled)
 	// byTask is each task's library round trips, made with its handler's
 	// context, over every process; sentBack the tasks sent back at least
 	// once.
@@ -263,7 +267,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 				return sum, err
 			}
 			if e.kind == "R" {
-				sum.n, sum.pings, sum.back = sum.n+e.n, sum.pings+e.pings, sum.back+e.back
+				sum.n, sum.pings, sum.back, sum.reg = sum.n+e.n, sum.pings+e.pings, sum.back+e.back, sum.reg+e.reg
 				got++
 			}
 		}
@@ -331,6 +335,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		return res, err
 	}
 	res.tasks, res.trips, res.pings, res.back = sc.tasks, after.n-before.n, after.pings-before.pings, after.back-before.back
+	res.registry = after.reg - before.reg
 	if res.byTask, res.sentBack, err = tasksOf(stdins, events, n); err != nil {
 		return res, err
 	}
@@ -382,10 +387,11 @@ func readEvents(out interface{ Read([]byte) (int, error) }, events chan<- fleetE
 			e.id = f[1]
 			e.n, _ = strconv.ParseInt(f[2], 10, 64)
 			e.sent = f[3] == "1"
-		case e.kind == "R" && len(f) == 4:
+		case e.kind == "R" && len(f) == 5:
 			e.n, _ = strconv.ParseInt(f[1], 10, 64)
 			e.pings, _ = strconv.ParseInt(f[2], 10, 64)
 			e.back, _ = strconv.ParseInt(f[3], 10, 64)
+			e.reg, _ = strconv.ParseInt(f[4], 10, 64)
 		}
 		events <- e
 	}

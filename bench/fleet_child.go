@@ -45,8 +45,9 @@ const fleetQueue = "fleet"
 // so that their round trips are counted apart from asynq's, or, with
 // JT_FLEET_ONE_CLIENT=1, asynq's client, their round trips told apart by
 // their scripts and keys (ofLibrary); "count" on stdin prints them,
-// the PINGs among them and the tasks sent back to asynq so far ("R <n>
-// <pings> <back>"). It stops when stdin ends.
+// the PINGs among them, the tasks sent back to asynq so far and the
+// registry's writes among the round trips ("R <n> <pings> <back>
+// <registry>"); "tasks" prints each task's (see tasksOf). It stops when stdin ends.
 func fleetChild() int {
 	sc, ok := scenarioNamed(os.Getenv(childScenario))
 	if !ok {
@@ -142,7 +143,7 @@ func fleetChild() int {
 	for in.Scan() {
 		switch in.Text() {
 		case "count":
-			say("R %d %d %d", trips.n.Load(), trips.pings.Load(), back.Load())
+			say("R %d %d %d %d", trips.n.Load(), trips.pings.Load(), back.Load(), trips.registry.Load())
 		case "tasks":
 			// Every task this process made round trips for or sent back:
 			// "T <ID> <round trips> <1 if sent back>", then "TEND".

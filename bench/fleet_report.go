@@ -83,18 +83,20 @@ type fleetRow struct {
 	mostPerKey, mostAll int     // starts in any 1 s
 	trips               float64 // library round trips per task
 	pings               float64 // of them, PINGs
+	registry            float64 // of them, the registry's writes
 	back                float64 // tasks sent back to asynq, per task
 	// tripsAtOnce is the round trips of a task never sent back; tripsBack
 	// those of a task sent back, its own and the fleet's round trips made
-	// for no task (the return lane's turns, a waiting room's releases)
-	// shared among such tasks (NaN without them).
+	// for no task (the return lane's turns, a waiting room's releases, but
+	// the registry's writes) shared among such tasks (NaN without them).
 	tripsAtOnce, tripsBack float64
 	cmdsPerTask, cpuTask   float64 // idle rate taken out; CPU in µs
 }
 
 func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 	row := fleetRow{n: n, plain: plain, tasks: r.tasks, trips: float64(r.trips) / float64(r.tasks), pings: float64(r.pings) / float64(r.tasks),
-		back: float64(r.back) / float64(r.tasks)}
+		registry: float64(r.registry) / float64(r.tasks),
+		back:     float64(r.back) / float64(r.tasks)}
 	var own, ownBack, atOnce, sent int64
 	for id, n := range r.byTask {
 		own += n
@@ -108,7 +110,7 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 		row.tripsAtOnce = float64(own-ownBack) / float64(atOnce)
 	}
 	if sent > 0 {
-		row.tripsBack = float64(ownBack+r.trips-own) / float64(sent)
+		row.tripsBack = float64(ownBack+r.trips-r.registry-own) / float64(sent)
 	}
 	all := make([]time.Time, len(r.starts))
 	byKey := map[string][]time.Time{}
@@ -178,7 +180,7 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		}
 		return fmt.Sprintf(" (≤%d)", n)
 	}
-	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\t\n")
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tof them the registry's\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\t\n")
 	two := func(v float64) string {
 		if math.IsNaN(v) {
 			return "—"
@@ -186,15 +188,15 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		return fmt.Sprintf("%.2f", v)
 	}
 	for _, r := range rows {
-		who, trips, pings, back, once, sent := "library", two(r.trips), two(r.pings), two(r.back), two(r.tripsAtOnce), two(r.tripsBack)
+		who, trips, pings, reg, back, once, sent := "library", two(r.trips), two(r.pings), two(r.registry), two(r.back), two(r.tripsAtOnce), two(r.tripsBack)
 		if r.plain {
-			who, trips, pings, back, once, sent = "plain asynq", "—", "—", "—", "—", "—"
+			who, trips, pings, reg, back, once, sent = "plain asynq", "—", "—", "—", "—", "—", "—"
 			if r.back > 0 {
 				who, back = "plain asynq, back once", two(r.back)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
-			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, back, once, sent, r.cmdsPerTask, r.cpuTask)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, reg, back, once, sent, r.cmdsPerTask, r.cpuTask)
 	}
 	_ = tw.Flush()
 }

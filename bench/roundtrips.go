@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/lua"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -26,8 +27,11 @@ import (
 // With libraryOnly it counts only the library's on a client it shares with
 // asynq (see ofLibrary).
 type counter struct {
-	n, pings    atomic.Int64
-	libraryOnly bool
+	// registry counts the writes of the registry of names among n (a
+	// limiter's first decision in a process writes it, then every
+	// minute or so): a process's cost, not a task's.
+	n, pings, registry atomic.Int64
+	libraryOnly        bool
 	// byTask, when set, counts the round trips made for each task: those
 	// whose context carries asynq's task ID (the middleware passes the
 	// handler's context down), by that ID.
@@ -78,6 +82,9 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		if len(cmds) == 0 || !connectionSetup(cmds[0]) && (!c.libraryOnly || slices.ContainsFunc(cmds, ofLibrary)) {
 			c.n.Add(1)
 			c.byTask.add(ctx)
+			if cmds[0].Name() == "hset" && len(cmds[0].Args()) > 1 && cmds[0].Args()[1] == keyspace.Registry("throttle:") {
+				c.registry.Add(1)
+			}
 		}
 		return next(ctx, cmds)
 	}
