@@ -233,8 +233,12 @@ const DefaultInlineWait = time.Second
 // WithInlineWait sets the longest a task waits for its turn inside its
 // handler, holding its worker, before it goes back to asynq instead. asynq
 // cannot express a return sooner than about a second, so shorter waits are
-// best spent inline. 0 sends every throttled task back. Default:
-// [DefaultInlineWait].
+// best spent inline. A task that goes back costs Redis about one round
+// trip more than one that waits, and asynq a retry: a queue that holds only
+// throttled work (a queue per partner API) does better with a wait as long
+// as its backlog, while in a queue shared by tenants a long wait holds
+// workers that tenants with room could use. 0 sends every throttled task
+// back. Default: [DefaultInlineWait].
 func WithInlineWait(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < 0 {
