@@ -59,7 +59,8 @@ const (
 
 // awayGrace is how much longer than its budget a waiter that the line parks
 // when its budget runs out listens for a slot handed to it: a release's
-// message published just before Redis parked it still reaches it.
+// message published just before Redis parked it still reaches it. (One
+// that comes later still finds its process listening: see waker.away.)
 const awayGrace = 100 * time.Millisecond
 
 // callAhead is how far down the line, beyond the slots a release frees,
@@ -127,7 +128,8 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 	// 'w' of concurrency.lua), so it returns parked then, with no call.
 	deferred := false
 	w := c.wakes()
-	woken, leaveChannel := w.join(c.Key(key)+wakeSuffix+":"+w.token, waiter)
+	channel := c.Key(key) + wakeSuffix + ":" + w.token
+	woken, leaveChannel := w.join(channel, waiter)
 	defer leaveChannel()
 	// The holder names the waker (its token, before the "."): the release
 	// that hands it a slot tells only this limiter's channel.
@@ -202,8 +204,15 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		case <-refreshes:
 		case <-deadline:
 			refresh.Stop()
+			if deferred && park != nil {
+				// Gone back to its queue: a slot handed to it from now on
+				// (its message late) has its task called back at once.
+				w.away(channel, waiter, func() { c.callParked(park.Payload) })
+			}
+			leaveChannel() // no signal comes after this
 			select {
 			case <-woken: // handed the slot as the budget ran out
+				w.forget(channel, waiter)
 				return startLease(c, key, holder, sent), 0, false, nil
 			default:
 			}
@@ -298,6 +307,48 @@ type waker struct {
 	waiters    map[string]map[string]chan struct{} // channel -> waiter -> its signal: handed a slot
 	subscribed map[string]bool                     // channels subscribed to, waited on or lingering
 	idle       *time.Timer                         // closes the connection when no waiter came back
+	// gone holds, by channel and waiter ("<channel>\n<waiter>"), what
+	// calls back the task of a waiter that went back to its queue as the
+	// line parked it, for goneKept.
+	gone map[string]goneWaiter
+}
+
+// goneWaiter is what calls a gone waiter's task back, and until when.
+type goneWaiter struct {
+	call  func()
+	until time.Time
+}
+
+// goneKept is how long a waker remembers a waiter gone back to its queue:
+// the line hands it no slot after its budget, awayGrace (100 ms) before it
+// stopped listening, so only a message delayed that much comes for it; a
+// second is ample.
+const goneKept = time.Second
+
+// away remembers that waiter went back to its queue as the line parked it,
+// and call, which brings its task back: a slot the line handed it just
+// before, whose message comes after it stopped listening, would otherwise
+// be held for it until asynq's own retry brought the task back.
+func (w *waker) away(channel, waiter string, call func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for k, g := range w.gone {
+		if now.After(g.until) {
+			delete(w.gone, k)
+		}
+	}
+	if w.gone == nil {
+		w.gone = map[string]goneWaiter{}
+	}
+	w.gone[channel+"\n"+waiter] = goneWaiter{call: call, until: now.Add(goneKept)}
+}
+
+// forget drops what away remembered of waiter.
+func (w *waker) forget(channel, waiter string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.gone, channel+"\n"+waiter)
 }
 
 // wakerLinger is how long a waker keeps its connection after its last
@@ -309,7 +360,7 @@ const (
 )
 
 // join subscribes waiter to channel and returns its signal and the function
-// that unsubscribes it.
+// that unsubscribes it (again, a no-op).
 func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
 	signal := make(chan struct{}, 1)
 	w.mu.Lock()
@@ -331,9 +382,14 @@ func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
 		w.waiters[channel] = map[string]chan struct{}{}
 	}
 	w.waiters[channel][waiter] = signal
+	left := false
 	return signal, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		if left {
+			return
+		}
+		left = true
 		delete(w.waiters[channel], waiter)
 		if len(w.waiters[channel]) > 0 {
 			return
@@ -368,15 +424,26 @@ func (w *waker) deliver(ps *redis.PubSub) {
 		if listed {
 			w.heads.noteMessage(strings.TrimSuffix(msg.Channel, wakeSuffix+":"+w.token), heads)
 		}
+		var calls []func()
 		w.mu.Lock()
 		for _, id := range strings.Split(ids, ",") {
-			if signal, ok := w.waiters[msg.Channel][strings.TrimPrefix(id, "+")]; ok {
+			id = strings.TrimPrefix(id, "+")
+			if signal, ok := w.waiters[msg.Channel][id]; ok {
 				select {
 				case signal <- struct{}{}:
 				default: // a signal waits already
 				}
+			} else if g, ok := w.gone[msg.Channel+"\n"+id]; ok {
+				// Handed a slot after it went back: its task is called back.
+				delete(w.gone, msg.Channel+"\n"+id)
+				if time.Now().Before(g.until) {
+					calls = append(calls, g.call)
+				}
 			}
 		}
 		w.mu.Unlock()
+		for _, call := range calls {
+			call()
+		}
 	}
 }

@@ -160,6 +160,14 @@ func (c *ConcurrencyLimiter) called(values []any) {
 	}
 }
 
+// callParked hands payload, a parked waiter's, to the worker's call
+// function, which brings its task back to the head of its queue.
+func (c *ConcurrencyLimiter) callParked(payload string) {
+	if p := c.parking.Load(); p != nil && p.call != nil {
+		p.call(payload)
+	}
+}
+
 // awaySettle is how long after the line parks a waiter whose budget ran out
 // its task takes to be back in asynq's hands (concurrency.lua's
 // AWAY_SETTLE): a release that calls it back meanwhile has it brought back
