@@ -32,7 +32,7 @@ func init() {
 			c.leave(ctx, key, waiter)
 		}
 	}
-	gate.OnCapCall = func(limiter any, call func(payload string), task func(payload string) (string, []string, bool)) {
+	gate.OnCapCall = func(limiter any, call func(payloads []string), task func(payload string) (string, []string, bool)) {
 		if c, ok := limiter.(*ConcurrencyLimiter); ok {
 			c.parking.Store(&parking{call: call, task: task})
 		}

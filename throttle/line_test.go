@@ -179,7 +179,7 @@ func TestParkedWaitersAreCalledBack(t *testing.T) {
 	c := capOf(t, tg, 1)
 	ctx := context.Background()
 	var calls []string
-	workergate.OnCapCall(c, func(p string) { calls = append(calls, p) }, nil)
+	workergate.OnCapCall(c, func(ps []string) { calls = append(calls, ps...) }, nil)
 	held, _, _, err := workergate.CapWait(ctx, c, "k", "w0", 0, nil)
 	if err != nil || held == nil {
 		t.Fatalf("CapWait on a free slot: %v, %v", held, err)
@@ -315,7 +315,7 @@ func parkingCap(t *testing.T, tg *redistest.Target) (c *throttle.ConcurrencyLimi
 	c = newConcurrency(t, client, tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
 	var mu sync.Mutex
 	var calls []string
-	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, nil)
+	workergate.OnCapCall(c, func(ps []string) { mu.Lock(); calls = append(calls, ps...); mu.Unlock() }, nil)
 	called = func() []string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -395,7 +395,7 @@ func TestRefusedWaiterParksInOneCall(t *testing.T) {
 	// That release, with a waiter in line, left its process's holds with
 	// the line: a process that has seen none parks by them.
 	other := newConcurrency(t, tg.NewClient(t), tg.Prefix, throttle.Concurrency{Limit: 1, Lease: 10 * time.Second})
-	workergate.OnCapCall(other, func(string) {}, nil)
+	workergate.OnCapCall(other, func([]string) {}, nil)
 	if l, _, parked, err := workergate.CapWait(ctx, other, "k", "w3", 0, parkAs("w3")); err != nil || l != nil || !parked {
 		t.Errorf("w3, in a process that saw no hold: %v, parked %v, %v; want parked by the line's holds", l, parked, err)
 	}
@@ -416,7 +416,7 @@ func TestReleaseMovesTheCalledTask(t *testing.T) {
 		return []string{base + "retry", base + "scheduled", base + "pending", base + "t:" + id}
 	}
 	var calls []string
-	workergate.OnCapCall(c, func(p string) { calls = append(calls, p) }, func(p string) (string, []string, bool) {
+	workergate.OnCapCall(c, func(ps []string) { calls = append(calls, ps...) }, func(p string) (string, []string, bool) {
 		return p, keysOf(p), true
 	})
 	if err := tg.Client.ZAdd(ctx, base+"retry", redis.Z{Score: 1, Member: "back"}).Err(); err != nil {
@@ -478,10 +478,10 @@ func TestHandedOverHolderPreparesItsRelease(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var calls []string
-	workergate.OnCapCall(c, func(p string) { mu.Lock(); calls = append(calls, p); mu.Unlock() }, func(p string) (string, []string, bool) {
+	workergate.OnCapCall(c, func(ps []string) { mu.Lock(); calls = append(calls, ps...); mu.Unlock() }, func(p string) (string, []string, bool) {
 		return p, keysOf(p), true
 	})
-	workergate.OnCapCall(away, func(string) {}, nil)
+	workergate.OnCapCall(away, func([]string) {}, nil)
 	for _, id := range []string{"task-1", "task-2"} {
 		if err := tg.Client.ZAdd(ctx, base+"retry", redis.Z{Score: 1, Member: id}).Err(); err != nil {
 			t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 
 // parking is what the worker set through internal/gate (see OnCapCall).
 type parking struct {
-	call func(payload string)
+	call func(payloads []string)
 	task func(payload string) (id string, keys []string, ok bool)
 }
 
@@ -145,6 +145,7 @@ func (c *ConcurrencyLimiter) called(values []any) {
 	if p == nil || p.call == nil {
 		return
 	}
+	var now, later []string
 	settling := false
 	for _, v := range values[min(5, len(values)):] {
 		payload, ok := v.(string)
@@ -153,10 +154,16 @@ func (c *ConcurrencyLimiter) called(values []any) {
 		case payload == "~":
 			settling = true // the rest are on their way back to their queues
 		case settling:
-			time.AfterFunc(awaySettle, func() { p.call(payload) })
+			later = append(later, payload)
 		default:
-			p.call(payload)
+			now = append(now, payload)
 		}
+	}
+	if len(now) > 0 {
+		p.call(now)
+	}
+	if len(later) > 0 {
+		time.AfterFunc(awaySettle, func() { p.call(later) })
 	}
 }
 
@@ -164,7 +171,7 @@ func (c *ConcurrencyLimiter) called(values []any) {
 // function, which brings its task back to the head of its queue.
 func (c *ConcurrencyLimiter) callParked(payload string) {
 	if p := c.parking.Load(); p != nil && p.call != nil {
-		p.call(payload)
+		p.call([]string{payload})
 	}
 }
 

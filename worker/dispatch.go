@@ -126,6 +126,34 @@ const releasedGoneLooks = 50
 // due sooner keeps its turn.
 func (t *Throttler) at(tn turn) { t.turnAt(tn, 0) }
 
+// atAll queues task moves together, so that the loop takes those that are
+// due in one look (and moves those of one queue in one call).
+func (t *Throttler) atAll(tns []turn) {
+	if len(tns) == 0 {
+		return
+	}
+	d := &t.dispatch
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	for i, tn := range tns {
+		if tn.at.Before(now) {
+			tn.at = now
+		}
+		tn.at = tn.at.Add(time.Duration(i)) // in their order, however the heap breaks ties
+		heap.Push(&d.turns, tn)
+	}
+	d.mu.Unlock()
+	t.startDispatcher()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
 // roomTurn queues a room's turn at, for a waiter that entered it; a turn
 // already queued less than a second later is kept (its meter has no room
 // before it, typically): only a turn far off (a flow held back, a block)
@@ -220,9 +248,7 @@ func (t *Throttler) dispatchLoop() {
 		cancel()
 	}()
 	for ctx.Err() == nil {
-		for _, tn := range t.due(time.Now()) {
-			t.serve(ctx, tn)
-		}
+		t.serveAll(ctx, t.due(time.Now()))
 		next := time.Now().Add(time.Hour)
 		d.mu.Lock()
 		if len(d.turns) > 0 && d.turns[0].at.Before(next) {
@@ -269,6 +295,58 @@ func (t *Throttler) due(now time.Time) []turn {
 	return out
 }
 
+// serveAll does the turns that have come, in order, but for the task moves
+// of one queue, done together in one call where the first of them came.
+func (t *Throttler) serveAll(ctx context.Context, tns []turn) {
+	var moves map[string][]turn
+	for _, tn := range tns {
+		if tn.rule == nil && tn.id != "" {
+			if moves == nil {
+				moves = map[string][]turn{}
+			}
+			moves[tn.queue] = append(moves[tn.queue], tn)
+		}
+	}
+	for _, tn := range tns {
+		if tn.rule != nil || tn.id == "" {
+			t.serve(ctx, tn)
+		} else if group := moves[tn.queue]; group != nil {
+			delete(moves, tn.queue)
+			t.serveMoves(ctx, group)
+		}
+	}
+}
+
+// serveMoves moves the tasks of tns, all of one queue, to its head in one
+// call, the first of them nearest it. A task not yet in asynq's hands is
+// looked for again soon, and less often as it stays away (a task called
+// back while its handler ends, or not yet handed to asynq).
+func (t *Throttler) serveMoves(ctx context.Context, tns []turn) {
+	ids := make([]string, len(tns))
+	for i, tn := range tns {
+		ids[i] = tn.id
+	}
+	results, err := t.move(ctx, tns[0].queue, ids...)
+	for i, tn := range tns {
+		moved := laneNotYet
+		if err == nil {
+			moved = results[i]
+		}
+		if moved == laneGone && tn.gone > 0 && tn.gone < releasedGoneLooks {
+			tn.gone++
+			moved = laneNotYet
+		}
+		if moved != laneNotYet {
+			continue
+		}
+		tn.at = time.Now().Add(min(notYetAgain<<min(max(tn.gone-1, 0), 3), 8*notYetAgain))
+		if err != nil {
+			tn.at = time.Now().Add(100 * time.Millisecond)
+		}
+		t.at(tn)
+	}
+}
+
 // serve does one turn.
 func (t *Throttler) serve(ctx context.Context, tn turn) {
 	if tn.rule == nil && tn.id == "" {
@@ -278,21 +356,7 @@ func (t *Throttler) serve(ctx context.Context, tn turn) {
 		return
 	}
 	if tn.rule == nil {
-		moved, err := t.move(ctx, tn.queue, tn.id)
-		if moved == laneGone && tn.gone > 0 && tn.gone < releasedGoneLooks {
-			tn.gone++
-			moved = laneNotYet
-		}
-		if err != nil || moved == laneNotYet {
-			// Looked for again soon, and less often as it stays away (a
-			// task called back while its handler ends, or not yet handed
-			// to asynq).
-			tn.at = time.Now().Add(min(notYetAgain<<min(max(tn.gone-1, 0), 3), 8*notYetAgain))
-			if err != nil {
-				tn.at = time.Now().Add(100 * time.Millisecond)
-			}
-			t.at(tn)
-		}
+		t.serveMoves(ctx, []turn{tn})
 		return
 	}
 	if next := t.releaseFrom(ctx, tn.rule, tn.key, tn.at); !next.IsZero() {
@@ -408,7 +472,7 @@ func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate
 	go func() {
 		defer d.moves.Done()
 		moved, err := t.move(ctx, queue, id)
-		if err != nil || moved != laneMoved {
+		if err != nil || moved[0] != laneMoved {
 			// Not in asynq's hands yet (or Redis failed): moved as soon as
 			// it is.
 			t.at(turn{at: time.Now().Add(notYetAgain), queue: queue, id: id, gone: 1})
@@ -494,7 +558,7 @@ func (t *Throttler) prepare(waiter, payload string) *gate.Prepared {
 		return nil
 	}
 	queue, id := parts[0], parts[1]
-	p := &gate.Prepared{Waiter: waiter, TaskID: id, TaskKeys: laneKeys(queue, id), Grace: ticketGrace}
+	p := &gate.Prepared{Waiter: waiter, TaskID: id, TaskKeys: laneKeys(queue, []string{id}), Grace: ticketGrace}
 	for i := 2; i+2 < len(parts); i += 3 {
 		r := t.rule(parts[i])
 		units, err := strconv.Atoi(parts[i+2])

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
@@ -21,9 +23,13 @@ func asynqScheduledKey(queue string) string { return "asynq:{" + queue + "}:sche
 func asynqPendingKey(queue string) string   { return "asynq:{" + queue + "}:pending" }
 func asynqTaskKey(queue, id string) string  { return "asynq:{" + queue + "}:t:" + id }
 
-// laneKeys returns the keys of lane.lua for a task of queue.
-func laneKeys(queue, id string) []string {
-	return []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue), asynqTaskKey(queue, id)}
+// laneKeys returns the keys of lane.lua for tasks ids of queue.
+func laneKeys(queue string, ids []string) []string {
+	keys := []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue)}
+	for _, id := range ids {
+		keys = append(keys, asynqTaskKey(queue, id))
+	}
+	return keys
 }
 
 // toLane has this process's dispatcher move the task with asynq ID id, of
@@ -42,18 +48,39 @@ const (
 	laneNotYet = 2
 )
 
-// move moves one task of the lane to the head of its queue.
-func (t *Throttler) move(ctx context.Context, queue, id string) (int, error) {
-	var result int64
+// move moves tasks ids of queue to the head of their queue in one call,
+// ids[0] nearest the head (taken first), and returns what became of each
+// (laneMoved, laneNotYet, laneGone).
+func (t *Throttler) move(ctx context.Context, queue string, ids ...string) ([]int, error) {
+	var results []int
 	err := bounded.Call(ctx, func(ctx context.Context) error {
-		reply, err := laneScript.Run(ctx, t.client, laneKeys(queue, id), id, time.Now().UnixNano()).Int64Slice()
-		if err == nil {
-			result = reply[0]
+		args := make([]any, 0, 1+len(ids))
+		args = append(args, time.Now().UnixNano())
+		for i := len(ids) - 1; i >= 0; i-- {
+			args = append(args, ids[i])
 		}
-		return err
+		reply, err := laneScript.Run(ctx, t.client, laneKeys(queue, reversed(ids)), args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		if len(reply) != 1+len(ids) {
+			return fmt.Errorf("lane.lua returned %d values for %d tasks", len(reply), len(ids))
+		}
+		results = make([]int, len(ids))
+		for i := range ids {
+			results[len(ids)-1-i] = int(reply[1+i])
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, t.redisError(err)
+		return nil, t.redisError(err)
 	}
-	return int(result), nil
+	return results, nil
+}
+
+// reversed returns a reversed copy of ids.
+func reversed(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Reverse(out)
+	return out
 }

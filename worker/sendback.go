@@ -184,7 +184,7 @@ func (t *Throttler) parkedTask(payload string) (id string, keys []string, ok boo
 	if !ok || !t.sameRedis {
 		return "", nil, false
 	}
-	return id, laneKeys(queue, id), true
+	return id, laneKeys(queue, []string{id}), true
 }
 
 // A task parked in a cap's line comes back by asynq's own retry after
@@ -195,15 +195,18 @@ const (
 	parkMargin   = 10 * time.Second
 )
 
-// callBack brings back a parked task a cap's release called: payload is
-// its queue and asynq ID. It is moved to the head of its queue by the
-// dispatcher.
-func (t *Throttler) callBack(payload string) {
-	queue, id, ok := strings.Cut(payload, "\x1f")
-	if !ok {
-		return
+// callBack brings back the parked tasks a cap's release called: each
+// payload is a task's queue and asynq ID. The dispatcher moves them to the
+// head of their queues, those of one queue in one call.
+func (t *Throttler) callBack(payloads []string) {
+	tns := make([]turn, 0, len(payloads))
+	now := time.Now()
+	for _, payload := range payloads {
+		if queue, id, ok := strings.Cut(payload, "\x1f"); ok {
+			tns = append(tns, turn{at: now, queue: queue, id: id, gone: 1}) // it may be on its way to asynq
+		}
 	}
-	t.at(turn{at: time.Now(), queue: queue, id: id, gone: 1}) // it may be on its way to asynq
+	t.atAll(tns)
 }
 
 // giveUp counts a throttle of the task against its rule's give-up policy,

@@ -357,12 +357,13 @@ var (
 	// CapLeave takes a waiter out of the line.
 	CapLeave func(ctx context.Context, limiter any, key, waiter string)
 	// OnCapCall sets what brings back the parked waiters the limiter's
-	// releases call: call, given a called waiter's payload; and task,
+	// releases call: call, given the payloads of the waiters one release
+	// called (together, so that their tasks are moved in one call); and task,
 	// which returns the asynq ID and keys (see Prepared.TaskKeys) of a
 	// parked waiter's task from its payload, so that a release that calls
 	// it moves the task to the head of its queue in the same call (ok
 	// false: call does it).
-	OnCapCall func(limiter any, call func(payload string), task func(payload string) (id string, keys []string, ok bool))
+	OnCapCall func(limiter any, call func(payloads []string), task func(payload string) (id string, keys []string, ok bool))
 	// ClientOf returns the client a *throttle.Limiter or
 	// *throttle.ConcurrencyLimiter decides through, or nil.
 	ClientOf func(limiter any) any
