@@ -382,6 +382,7 @@ func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
 		w.waiters[channel] = map[string]chan struct{}{}
 	}
 	w.waiters[channel][waiter] = signal
+	delete(w.gone, channel+"\n"+waiter) // back: its signal is what hears it
 	left := false
 	return signal, func() {
 		w.mu.Lock()
