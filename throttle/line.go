@@ -60,7 +60,8 @@ const (
 // awayGrace is how much longer than its budget a waiter that the line parks
 // when its budget runs out listens for a slot handed to it: a release's
 // message published just before Redis parked it still reaches it. (One
-// that comes later still finds its process listening: see waker.away.)
+// that comes later still reaches the limiter's waker, which calls the
+// task back: see waker.away.)
 const awayGrace = 100 * time.Millisecond
 
 // callAhead is how far down the line, beyond the slots a release frees,
