@@ -38,7 +38,7 @@ func fleetMain(args []string) error {
 	withPlain := fs.Bool("plain", true, "run each fleet again without the middleware (plain asynq), beside it")
 	rounds := fs.Int("rounds", 1, "times each fleet runs, the library and plain asynq alternated, for the median ratio of their throughputs")
 	poll := fs.String("poll", "", "asynq's TaskCheckInterval and DelayedTaskCheckInterval for every worker, as \"1s,5s\"; empty: what Throttler.Configure sets (asynq's defaults for plain asynq)")
-	backOnce := fs.Bool("plain-back-once", false, "plain asynq sends each task back once through its own retry (1 s later, not counted as a failure) before running it: what asynq alone spends on a task that goes back, the floor under the library's")
+	backOnce := fs.Bool("plain-back-once", false, "plain asynq sends each task back once through its own retry (1 s later, counted as a failure so that its retry count tells any process) before running it: what asynq alone spends on a task that goes back, the floor under the library's")
 	inline := fs.Duration("inline-wait", 0, "worker.WithInlineWait for every worker process; 0: the default")
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
 	_ = fs.Parse(args)
@@ -181,7 +181,7 @@ type fleetResult struct {
 	trips  int64
 	pings  int64 // of trips: settle's PINGs (worker.WithSettle)
 	// of trips: the registry's writes (a limiter's first decision in a
-	// process writes its entry, then every minute or so)
+	// process writes its entry, then hourly)
 	registry int64
 	back     int64 // tasks sent back to asynq (worker.Rescheduled)
 	// byTask is each task's library round trips, made with its handler's
