@@ -28,8 +28,8 @@ import (
 // asynq (see ofLibrary).
 type counter struct {
 	// registry counts the writes of the registry of names among n (a
-	// limiter's first decision in a process writes it, then every
-	// minute or so): a process's cost, not a task's.
+	// limiter's first decision in a process writes it, then
+	// hourly): a process's cost, not a task's.
 	n, pings, registry atomic.Int64
 	libraryOnly        bool
 	// byTask, when set, counts the round trips made for each task: those
