@@ -308,11 +308,14 @@ type waker struct {
 	waiters    map[string]map[string]chan struct{} // channel -> waiter -> its signal: handed a slot
 	subscribed map[string]bool                     // channels subscribed to, waited on or lingering
 	idle       *time.Timer                         // closes the connection when no waiter came back
-	// gone holds, by channel and waiter ("<channel>\n<waiter>"), what
+	// gone holds, by channel and waiter (goneKey), what
 	// calls back the task of a waiter that went back to its queue as the
 	// line parked it, for goneKept.
 	gone map[string]goneWaiter
 }
+
+// goneKey is a gone waiter's key in waker.gone.
+func goneKey(channel, waiter string) string { return channel + "\n" + waiter }
 
 // goneWaiter is what calls a gone waiter's task back, and until when.
 type goneWaiter struct {
@@ -342,14 +345,14 @@ func (w *waker) away(channel, waiter string, call func()) {
 	if w.gone == nil {
 		w.gone = map[string]goneWaiter{}
 	}
-	w.gone[channel+"\n"+waiter] = goneWaiter{call: call, until: now.Add(goneKept)}
+	w.gone[goneKey(channel, waiter)] = goneWaiter{call: call, until: now.Add(goneKept)}
 }
 
 // forget drops what away remembered of waiter.
 func (w *waker) forget(channel, waiter string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.gone, channel+"\n"+waiter)
+	delete(w.gone, goneKey(channel, waiter))
 }
 
 // wakerLinger is how long a waker keeps its connection after its last
@@ -383,7 +386,7 @@ func (w *waker) join(channel, waiter string) (<-chan struct{}, func()) {
 		w.waiters[channel] = map[string]chan struct{}{}
 	}
 	w.waiters[channel][waiter] = signal
-	delete(w.gone, channel+"\n"+waiter) // back: its signal is what hears it
+	delete(w.gone, goneKey(channel, waiter)) // back: its signal is what hears it
 	left := false
 	return signal, func() {
 		w.mu.Lock()
@@ -435,9 +438,9 @@ func (w *waker) deliver(ps *redis.PubSub) {
 				case signal <- struct{}{}:
 				default: // a signal waits already
 				}
-			} else if g, ok := w.gone[msg.Channel+"\n"+id]; ok {
+			} else if g, ok := w.gone[goneKey(msg.Channel, id)]; ok {
 				// Handed a slot after it went back: its task is called back.
-				delete(w.gone, msg.Channel+"\n"+id)
+				delete(w.gone, goneKey(msg.Channel, id))
 				if time.Now().Before(g.until) {
 					calls = append(calls, g.call)
 				}

@@ -124,14 +124,25 @@ const releasedGoneLooks = 50
 
 // at queues a turn and wakes the loop if it is the soonest. A room already
 // due sooner keeps its turn.
-func (t *Throttler) at(tn turn) { t.turnAt(tn, 0) }
+func (t *Throttler) at(tn turn) { t.turnAt(0, tn) }
 
 // atAll queues task moves together, so that the loop takes those that are
 // due in one look (and moves those of one queue in one call).
-func (t *Throttler) atAll(tns []turn) {
-	if len(tns) == 0 {
-		return
-	}
+func (t *Throttler) atAll(tns []turn) { t.turnAt(0, tns...) }
+
+// roomTurn queues a room's turn at, for a waiter that entered it; a turn
+// already queued less than a second later is kept (its meter has no room
+// before it, typically): only a turn far off (a flow held back, a block)
+// gives way.
+func (t *Throttler) roomTurn(rule *Rule, key string, at time.Time) {
+	t.turnAt(time.Second, turn{at: at, rule: rule, key: key})
+}
+
+// turnAt queues tns at once, in their order (a nanosecond apart, however
+// the heap breaks ties), and wakes the loop when one of them is the
+// soonest. A room's turn gives way to one already queued no later than
+// slack after it.
+func (t *Throttler) turnAt(slack time.Duration, tns ...turn) {
 	d := &t.dispatch
 	d.mu.Lock()
 	if d.closed {
@@ -139,55 +150,31 @@ func (t *Throttler) atAll(tns []turn) {
 		return
 	}
 	now := time.Now()
+	pushed, soonest := false, false
 	for i, tn := range tns {
 		if tn.at.Before(now) {
-			tn.at = now
+			tn.at = now // due at once: what came before is not the dispatcher's delay
 		}
-		tn.at = tn.at.Add(time.Duration(i)) // in their order, however the heap breaks ties
+		tn.at = tn.at.Add(time.Duration(i))
+		if id, ok := tn.room(); ok {
+			if until := d.elsewhere[id]; tn.at.Before(until) {
+				tn.at = until // another dispatcher lets its waiters out
+			}
+			if due, ok := d.rooms[id]; ok && !due.After(tn.at.Add(slack)) {
+				continue
+			}
+			if d.rooms == nil {
+				d.rooms = map[roomID]time.Time{}
+			}
+			d.rooms[id] = tn.at
+		}
 		heap.Push(&d.turns, tn)
+		pushed, soonest = true, soonest || d.turns[0].at.Equal(tn.at)
 	}
 	d.mu.Unlock()
-	t.startDispatcher()
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// roomTurn queues a room's turn at, for a waiter that entered it; a turn
-// already queued less than a second later is kept (its meter has no room
-// before it, typically): only a turn far off (a flow held back, a block)
-// gives way.
-func (t *Throttler) roomTurn(rule *Rule, key string, at time.Time) {
-	t.turnAt(turn{at: at, rule: rule, key: key}, time.Second)
-}
-
-func (t *Throttler) turnAt(tn turn, slack time.Duration) {
-	if now := time.Now(); tn.at.Before(now) {
-		tn.at = now // due at once: what came before is not the dispatcher's delay
-	}
-	d := &t.dispatch
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !pushed {
 		return
 	}
-	if id, ok := tn.room(); ok {
-		if until := d.elsewhere[id]; tn.at.Before(until) {
-			tn.at = until // another dispatcher lets its waiters out
-		}
-		if due, ok := d.rooms[id]; ok && !due.After(tn.at.Add(slack)) {
-			d.mu.Unlock()
-			return
-		}
-		if d.rooms == nil {
-			d.rooms = map[roomID]time.Time{}
-		}
-		d.rooms[id] = tn.at
-	}
-	heap.Push(&d.turns, tn)
-	soonest := d.turns[0].at.Equal(tn.at)
-	d.mu.Unlock()
 	t.startDispatcher()
 	if soonest {
 		select {

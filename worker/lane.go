@@ -23,9 +23,15 @@ func asynqScheduledKey(queue string) string { return "asynq:{" + queue + "}:sche
 func asynqPendingKey(queue string) string   { return "asynq:{" + queue + "}:pending" }
 func asynqTaskKey(queue, id string) string  { return "asynq:{" + queue + "}:t:" + id }
 
+// asynqQueueKeys returns queue's retry, scheduled and pending keys, the
+// first keys of lane.lua and lane_poll.lua.
+func asynqQueueKeys(queue string) []string {
+	return []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue)}
+}
+
 // laneKeys returns the keys of lane.lua for tasks ids of queue.
 func laneKeys(queue string, ids []string) []string {
-	keys := []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue)}
+	keys := asynqQueueKeys(queue)
 	for _, id := range ids {
 		keys = append(keys, asynqTaskKey(queue, id))
 	}

@@ -50,7 +50,7 @@ func (t *Throttler) laneKeysOf(queue string) (lane, holder string) {
 // and its holder.
 func (t *Throttler) lanePollKeys(queue string) []string {
 	lane, holder := t.laneKeysOf(queue)
-	return []string{asynqRetryKey(queue), asynqScheduledKey(queue), asynqPendingKey(queue), lane, holder}
+	return append(asynqQueueKeys(queue), lane, holder)
 }
 
 // laneJoin returns what a task's start needs to join its queue's lane in
@@ -93,7 +93,7 @@ func (t *Throttler) joinedLane(queue string, due time.Time, holder gate.LaneHold
 	}
 	d.mu.Unlock()
 	t.startDispatcher()
-	t.turnAt(turn{at: at, queue: queue}, 0)
+	t.turnAt(0, turn{at: at, queue: queue})
 }
 
 // laneTurn takes one turn of queue's lane and returns its next (zero:
