@@ -41,6 +41,7 @@ func fleetMain(args []string) error {
 	backOnce := fs.Bool("plain-back-once", false, "plain asynq sends each task back once through its own retry (1 s later, counted as a failure so that its retry count tells any process) before running it: what asynq alone spends on a task that goes back, the floor under the library's")
 	inline := fs.Duration("inline-wait", 0, "worker.WithInlineWait for every worker process; 0: the default")
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
+	warm := fs.Bool("warm", false, "each worker process opens 16 connections of each of its clients before it is watched at rest, as a process that has run a while has them; otherwise the pools grow as the tasks come, and each connection's set-up (about 100 µs of Redis CPU) counts against the tasks")
 	_ = fs.Parse(args)
 	var childEnv []string
 	if *poll != "" {
@@ -54,6 +55,9 @@ func fleetMain(args []string) error {
 	}
 	if *backOnce {
 		childEnv = append(childEnv, childBackOnce+"=1")
+	}
+	if *warm {
+		childEnv = append(childEnv, childWarm+"=1")
 	}
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
