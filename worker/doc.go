@@ -26,7 +26,12 @@
 // took. A task that may start within the inline wait (1 s by default, and
 // at least twice the return lead below) waits in its handler and runs: asynq
 // cannot bring a task back sooner than about a second, so short waits are
-// cheapest inline. Further off, it depends on the rules:
+// cheapest inline. Further off, it goes back to asynq and keeps a place in
+// Redis, by its task ID: a booking of its slot, a place in a waiting room,
+// or a place in a cap's line. At its turn it is moved to the head of its
+// queue, and when it comes back one call claims its place. Which place,
+// and what brings it back, depends on the rules (docs/worker.md has this
+// on one page, with what each costs):
 //
 //   - Under one TokenBucket or GCRA rule, the task books its slot (by its
 //     task ID, so that it finds the booking when it returns) and goes back
