@@ -84,17 +84,19 @@ func fleetChild() int {
 	asynqRDB := redis.NewClient(&redis.Options{Addr: addr})
 	libRDB := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	trips := &counter{byTask: &taskTrips{n: map[string]int64{}}}
-	if os.Getenv(childWarm) == "1" {
-		// Before the hooks, so that these PINGs are not counted.
-		warmPool(asynqRDB, warmConns)
-		warmPool(libRDB, warmConns)
-	}
 	if os.Getenv(childOneClient) == "1" {
 		if err := loadLibrarySHAs(); err != nil {
 			fmt.Fprintln(os.Stderr, "fleet child:", err)
 			return 1
 		}
 		asynqRDB, trips.libraryOnly = libRDB, true
+	}
+	if os.Getenv(childWarm) == "1" {
+		// Before the hooks, so that these PINGs are not counted.
+		warmPool(libRDB, warmConns)
+		if asynqRDB != libRDB {
+			warmPool(asynqRDB, warmConns)
+		}
 	}
 	libRDB.AddHook(trips)
 	var detail *tally
