@@ -124,10 +124,6 @@ const releasedGoneLooks = 50
 // due sooner keeps its turn.
 func (t *Throttler) at(tn turn) { t.turnAt(0, tn) }
 
-// atAll queues task moves together, so that the loop takes those that are
-// due in one look (and moves those of one queue in one call).
-func (t *Throttler) atAll(tns []turn) { t.turnAt(0, tns...) }
-
 // roomTurn queues a room's turn at, for a waiter that entered it; a turn
 // already queued less than a second later is kept (its meter has no room
 // before it, typically): only a turn far off (a flow held back, a block)
@@ -332,16 +328,12 @@ func (t *Throttler) serveMoves(ctx context.Context, tns []turn) {
 	}
 }
 
-// serve does one turn.
+// serve does one turn of a room or a lane (serveAll serves task moves).
 func (t *Throttler) serve(ctx context.Context, tn turn) {
 	if tn.rule == nil && tn.id == "" {
 		if next := t.laneTurn(ctx, tn.queue); !next.IsZero() {
 			t.at(turn{at: next, queue: tn.queue})
 		}
-		return
-	}
-	if tn.rule == nil {
-		t.serveMoves(ctx, []turn{tn})
 		return
 	}
 	if next := t.releaseFrom(ctx, tn.rule, tn.key, tn.at); !next.IsZero() {

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
@@ -62,10 +61,10 @@ func (t *Throttler) move(ctx context.Context, queue string, ids ...string) ([]in
 	err := bounded.Call(ctx, func(ctx context.Context) error {
 		args := make([]any, 0, 1+len(ids))
 		args = append(args, time.Now().UnixNano())
-		for i := len(ids) - 1; i >= 0; i-- {
-			args = append(args, ids[i])
+		for _, id := range ids {
+			args = append(args, id)
 		}
-		reply, err := laneScript.Run(ctx, t.client, laneKeys(queue, reversed(ids)), args...).Int64Slice()
+		reply, err := laneScript.Run(ctx, t.client, laneKeys(queue, ids), args...).Int64Slice()
 		if err != nil {
 			return err
 		}
@@ -74,7 +73,7 @@ func (t *Throttler) move(ctx context.Context, queue string, ids ...string) ([]in
 		}
 		results = make([]int, len(ids))
 		for i := range ids {
-			results[len(ids)-1-i] = int(reply[1+i])
+			results[i] = int(reply[1+i])
 		}
 		return nil
 	})
@@ -82,11 +81,4 @@ func (t *Throttler) move(ctx context.Context, queue string, ids ...string) ([]in
 		return nil, t.redisError(err)
 	}
 	return results, nil
-}
-
-// reversed returns a reversed copy of ids.
-func reversed(ids []string) []string {
-	out := slices.Clone(ids)
-	slices.Reverse(out)
-	return out
 }

@@ -206,7 +206,7 @@ func (t *Throttler) callBack(payloads []string) {
 			tns = append(tns, turn{at: now, queue: queue, id: id, gone: 1}) // it may be on its way to asynq
 		}
 	}
-	t.atAll(tns)
+	t.turnAt(0, tns...) // together: due in one look, moved in one call
 }
 
 // giveUp counts a throttle of the task against its rule's give-up policy,
