@@ -78,7 +78,8 @@
 --            still on their way back to their queue after a "~"
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
---            handed it the slot already); else a sixth
+--            handed it the slot already); else (retry_after and
+--            reset_after 0: a waiter asks nothing of them) a sixth
 --            value, the waiters in line ahead of it (there or away), a
 --            seventh, 1 when it had been called, and an eighth, 1 when it
 --            parked, 2 when it parks as its budget runs out
@@ -116,13 +117,15 @@ local function until_last()
 end
 
 -- prune drops expired holders and renews the key's expiry to outlive
--- every lease in it.
+-- every lease in it; it returns how long until the last lease runs out.
+-- Every holder left is live.
 local function prune()
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now))
   local rest = until_last()
   if rest > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl_ms(rest))
   end
+  return rest
 end
 
 -- entry splits a waiter's entry into expiry, way and payload.
@@ -132,44 +135,58 @@ local function entry(info)
 end
 
 -- line walks the first reach (default SCAN) places of the line from its
--- head, dropping waiters whose entry expired, and calls visit(id, way,
--- payload, position) for each live one (position counts from 0) until
--- visit returns true. Returns the live waiters seen (the last visited
--- included).
-local function line(visit, reach)
-  local ids = redis.call('ZRANGE', KEYS[2], 0, (reach or SCAN) - 1)
-  local seen = 0
-  for i = 1, #ids do
-    local info = redis.call('HGET', KEYS[3], ids[i])
-    local expiry, way, payload = 0, '', ''
-    if info then
-      expiry, way, payload = entry(info)
-    end
-    if way == 'w' then
-      -- Inline until its expiry, parked from then on; for AWAY_SETTLE in
-      -- between, on its way back to its queue ('a'): neither handed a slot
-      -- nor called back, as its task is not in asynq's hands yet.
-      local holder_id, parked_expiry, parked = string.match(payload, '^([^|]*)|(%d+)|(.*)$')
-      if expiry > now then
-        way, payload = 'i', holder_id
-      elseif expiry + AWAY_SETTLE > now then
-        expiry, way, payload = tonumber(parked_expiry), 'a', parked
-      else
-        expiry, way, payload = tonumber(parked_expiry), 'p', parked
+-- head, a chunk of places a call, dropping waiters whose entry expired, and
+-- calls visit(id, way, payload, position, expiry) for each live one
+-- (position counts from 0) until visit returns true. Returns the live
+-- waiters seen (the last visited included). The waiter self (a wait's own)
+-- is visited as there, whatever its entry says: its entry is written after
+-- the walk.
+local CHUNK = 16
+local function line(visit, reach, self)
+  reach = reach or SCAN
+  local seen, from, gone, stopped = 0, 0, {}, false
+  while not stopped and from < reach do
+    local ids = redis.call('ZRANGE', KEYS[2], from, math.min(from + CHUNK, reach) - 1)
+    local infos = #ids > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
+    for i = 1, #ids do
+      local expiry, way, payload = 0, '', ''
+      if ids[i] == self then
+        expiry, way, payload = now + 1, 'i', holder
+      elseif infos[i] then
+        expiry, way, payload = entry(infos[i])
+      end
+      if way == 'w' then
+        -- Inline until its expiry, parked from then on; for AWAY_SETTLE in
+        -- between, on its way back to its queue ('a'): neither handed a slot
+        -- nor called back, as its task is not in asynq's hands yet.
+        local holder_id, parked_expiry, parked = string.match(payload, '^([^|]*)|(%d+)|(.*)$')
         if expiry > now then
-          redis.call('HSET', KEYS[3], ids[i], int(expiry) .. '|p|' .. payload)
+          way, payload = 'i', holder_id
+        elseif expiry + AWAY_SETTLE > now then
+          expiry, way, payload = tonumber(parked_expiry), 'a', parked
+        else
+          expiry, way, payload = tonumber(parked_expiry), 'p', parked
+          if expiry > now then
+            redis.call('HSET', KEYS[3], ids[i], int(expiry) .. '|p|' .. payload)
+          end
+        end
+      end
+      if expiry <= now then
+        gone[#gone + 1] = ids[i]
+      else
+        seen = seen + 1
+        stopped = visit(ids[i], way, payload, seen - 1, expiry)
+        if stopped then
+          break
         end
       end
     end
-    if expiry <= now then
-      redis.call('ZREM', KEYS[2], ids[i])
-      redis.call('HDEL', KEYS[3], ids[i])
-    else
-      if visit(ids[i], way, payload, seen, expiry) then
-        return seen + 1
-      end
-      seen = seen + 1
-    end
+    stopped = stopped or #ids < CHUNK
+    from = from + CHUNK
+  end
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[2], unpack(gone))
+    redis.call('HDEL', KEYS[3], unpack(gone))
   end
   return seen
 end
@@ -202,17 +219,21 @@ end
 -- places it did not call are told in those messages too (see release).
 -- Waiters on their way back to their queue ('a') are called too; their
 -- payloads come after a "~", for the caller to bring them back once they
--- are there.
-local function wake(reply, channel, ahead, look, hold)
-  local free = limit - live()
+-- are there. count is the live holders; rest, when the holders were just
+-- pruned, how long until the last lease runs out (nil: not pruned).
+local function wake(reply, channel, ahead, look, hold, count, rest)
+  local free = limit - count
   look = look or 0
   if free <= 0 and ahead <= 0 then
     return reply
   end
   local heads, settling = {'#'}, {'~'}
   -- The waiters woken: how many, and their "+<id>"s by channel token
-  -- (tokens: the tokens, in order).
+  -- (tokens: the tokens, in order); what the walk writes, written after it
+  -- in one call each: the holders handed a slot (score, member pairs), the
+  -- waiters they were, and the waiters' new entries (field, value pairs).
   local woken, by_token, tokens = 0, {}, {}
+  local handed, left, entries = {}, {}, {}
   local seen = line(function(id, way, payload, position, expiry)
     if position >= free + ahead and woken >= free and position >= look then
       return true
@@ -221,9 +242,11 @@ local function wake(reply, channel, ahead, look, hold)
       -- Handed over: the slot is the waiter's holder's now, and the message
       -- tells it so ("+"). Its entry stays, granted ('g'), out of the line,
       -- until it comes for the slot or leaves (giving the slot back).
-      redis.call('ZADD', KEYS[1], int(now + lease), payload)
-      redis.call('ZREM', KEYS[2], id)
-      redis.call('HSET', KEYS[3], id, int(now + lease) .. '|g|' .. payload)
+      handed[#handed + 1] = int(now + lease)
+      handed[#handed + 1] = payload
+      left[#left + 1] = id
+      entries[#entries + 1] = id
+      entries[#entries + 1] = int(now + lease) .. '|g|' .. payload
       local token = string.match(payload, '^([^.]*)%.') or ''
       if not by_token[token] then
         by_token[token] = {}
@@ -232,10 +255,12 @@ local function wake(reply, channel, ahead, look, hold)
       table.insert(by_token[token], '+' .. id)
       woken = woken + 1
     elseif way == 'a' and position < free + ahead then
-      redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
+      entries[#entries + 1] = id
+      entries[#entries + 1] = int(expiry) .. '|c|' .. payload
       settling[#settling + 1] = payload
     elseif way == 'p' and position < free + ahead then
-      redis.call('HSET', KEYS[3], id, int(expiry) .. '|c|' .. payload)
+      entries[#entries + 1] = id
+      entries[#entries + 1] = int(expiry) .. '|c|' .. payload
       local p = prepared[id]
       if not p or move_to_head(KEYS[p.k], KEYS[p.k + 1], KEYS[p.k + 2], KEYS[p.k + 3], p.task, ARGV[8]) ~= 1 then
         reply[#reply + 1] = payload
@@ -247,7 +272,16 @@ local function wake(reply, channel, ahead, look, hold)
     return false
   end)
   if (hold or 0) > 0 and seen > 0 then
-    redis.call('HSET', KEYS[3], '~hold', int(hold)) -- the line's keys' expiry stands
+    -- the line's keys' expiry stands
+    entries[#entries + 1] = '~hold'
+    entries[#entries + 1] = int(hold)
+  end
+  if #entries > 0 then
+    redis.call('HSET', KEYS[3], unpack(entries))
+  end
+  if #handed > 0 then
+    redis.call('ZADD', KEYS[1], unpack(handed))
+    redis.call('ZREM', KEYS[2], unpack(left))
   end
   if #settling > 1 then
     for _, v in ipairs(settling) do
@@ -255,7 +289,12 @@ local function wake(reply, channel, ahead, look, hold)
     end
   end
   if #tokens > 0 then
-    prune() -- the key outlives the leases handed over too
+    -- The key outlives the leases handed over too.
+    if not rest then
+      prune()
+    elseif lease > rest then
+      redis.call('PEXPIRE', KEYS[1], ttl_ms(lease))
+    end
     local listed = ''
     if #heads > 1 then
       listed = '\n' .. table.concat(heads, '\n')
@@ -275,14 +314,15 @@ if mode == MODE_RELEASE or mode == MODE_RENEW then
   else
     redis.call('ZREM', KEYS[1], holder)
   end
-  prune()
+  local rest = prune()
+  local count = redis.call('ZCARD', KEYS[1])
   local ok = 0
   if held then
     ok = 1
   end
-  local reply = {ok, math.max(0, limit - live()), 0, until_last(), now}
+  local reply = {ok, math.max(0, limit - count), 0, rest, now}
   if mode == MODE_RELEASE then
-    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), tonumber(ARGV[9]))
+    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), tonumber(ARGV[9]), count, rest)
   end
   return reply
 end
@@ -301,7 +341,8 @@ if mode == MODE_LEAVE then
   end
   redis.call('ZREM', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id)
-  return wake({there, math.max(0, limit - live()), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]))
+  local count = live()
+  return wake({there, math.max(0, limit - count), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), nil, count)
 end
 
 local count = live()
@@ -320,11 +361,12 @@ if mode == MODE_WAIT then
     -- A release handed it a slot (its message may have been lost): its
     -- lease runs from now, as if just acquired.
     redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
-    prune()
+    local rest = prune()
     redis.call('HDEL', KEYS[3], id)
-    return {1, math.max(0, limit - count), 0, until_last(), now, 0, 0, 0}
+    return {1, math.max(0, limit - count), 0, rest, now, 0, 0, 0}
   end
-  local info = redis.call('HGET', KEYS[3], id)
+  local got = redis.call('HMGET', KEYS[3], id, '~hold')
+  local info, line_hold = got[1], tonumber(got[2])
   local called = 0
   if info then
     local _, way, payload = entry(info)
@@ -337,19 +379,14 @@ if mode == MODE_WAIT then
       redis.call('ZREM', KEYS[1], payload)
       redis.call('HDEL', KEYS[3], id)
       redis.call('ZADD', KEYS[1], int(now + lease), holder)
-      prune()
-      return {1, math.max(0, limit - live()), 0, until_last(), now, 0, 0, 0}
+      local rest = prune()
+      return {1, math.max(0, limit - redis.call('ZCARD', KEYS[1])), 0, rest, now, 0, 0, 0}
     end
-    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
-  else
-    local order = redis.call('HINCRBY', KEYS[3], '#', 1)
-    redis.call('ZADD', KEYS[2], order, id)
-    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
   end
-  keep(ttl)
   -- The walk: with slots free, until it finds itself or as many waiters
   -- there (inline) ahead of it as slots free, who take them first (those
   -- away do not count); heads: the parked waiters in the first look places.
+  -- A waiter not in line yet comes after everyone in it.
   local look = tonumber(ARGV[7]) or 0
   local free = limit - count
   local there, found, heads = 0, false, {}
@@ -368,7 +405,7 @@ if mode == MODE_WAIT then
         heads[#heads + 1] = payload
       end
       return position + 1 >= look and (free <= 0 or found or there >= free)
-    end, reach)
+    end, reach, id)
   end
   -- listed ends reply with "#" and heads, when asked to look.
   local function listed(reply)
@@ -381,34 +418,45 @@ if mode == MODE_WAIT then
     return reply
   end
   if free > 0 and there < free then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
+    if info then
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('HDEL', KEYS[3], id)
+    end
     redis.call('ZADD', KEYS[1], int(now + lease), holder)
-    prune()
-    return listed({1, limit - count - 1, 0, until_last(), now, 0, called, 0})
+    local rest = prune()
+    return listed({1, limit - count - 1, 0, rest, now, 0, called, 0})
+  end
+  -- It waits: in line (at its end when it was not in line), its entry
+  -- written once, and the line's keys kept as long as the entry.
+  if not info then
+    local order = redis.call('HINCRBY', KEYS[3], '#', 1)
+    redis.call('ZADD', KEYS[2], order, id)
   end
   -- ahead: every waiter in line before it, there or away.
   local ahead = redis.call('ZRANK', KEYS[2], id) or 0
   local budget = tonumber(ARGV[8]) or -1
   local hold = 0
   if budget >= 0 and called == 0 then
-    hold = tonumber(redis.call('HGET', KEYS[3], '~hold')) or tonumber(ARGV[11]) or 0
+    hold = line_hold or tonumber(ARGV[11]) or 0
   end
+  local parks = 0
   if hold > 0 and (ahead + 1) * hold > budget * limit then
     -- Too far back to wait here: parked at once.
     local park_ttl = tonumber(ARGV[10])
     redis.call('HSET', KEYS[3], id, int(now + park_ttl) .. '|p|' .. ARGV[9])
-    keep(park_ttl)
-    return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, 0, 1})
-  end
-  if budget >= 0 and called == 0 and ARGV[9] then
+    keep(math.max(ttl, park_ttl))
+    parks = 1
+  elseif budget >= 0 and called == 0 and ARGV[9] then
     -- Inline for its budget, parked from then on.
     local away, park_ttl = now + budget, tonumber(ARGV[10])
     redis.call('HSET', KEYS[3], id, int(away) .. '|w|' .. holder .. '|' .. int(away + park_ttl) .. '|' .. ARGV[9])
-    keep(budget + park_ttl)
-    return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called, 2})
+    keep(math.max(ttl, budget + park_ttl))
+    parks = 2
+  else
+    redis.call('HSET', KEYS[3], id, int(now + ttl) .. '|i|' .. holder)
+    keep(ttl)
   end
-  return listed({0, math.max(0, limit - count), oldest(), until_last(), now, ahead, called, 0})
+  return listed({0, math.max(0, limit - count), 0, 0, now, ahead, called, parks})
 end
 
 -- acquire or peek: while anyone waits in line (inline, or called back and

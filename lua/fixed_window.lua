@@ -30,7 +30,8 @@ local now = server_now()
 local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local count = 0
-local state = load_state(KEYS[1])
+local read = redis.call('MGET', KEYS[1], KEYS[2]) -- the state and the block, read ahead (see common.lua)
+local state = load_state(KEYS[1], read[1])
 
 if mode == MODE_CANCEL then
   -- Units taken in a window that has ended need no giving back.
@@ -62,7 +63,7 @@ if state and state[1] >= index then
 end
 local until_end = (index + 1) * window - now
 
-local blocked = blocked_for(KEYS[2], now)
+local blocked = blocked_for(KEYS[2], now, read[2])
 if blocked > 0 then
   return {0, 0, blocked, blocked, now}
 end

@@ -34,7 +34,8 @@ local stamp = now -- the instant the level is measured at
 -- rate until a decision writes it, and carries over in units, rounded up:
 -- its level in its own ticks and its rate, while it does
 local foreign, onum, oden
-local state = load_state(KEYS[1])
+local read = redis.call('MGET', KEYS[1], KEYS[2]) -- the state and the block, read ahead (see common.lua)
+local state = load_state(KEYS[1], read[1])
 if state then
   -- A last admission ahead of now means the clock stepped back: measure
   -- from that instant, so no leaking is counted twice.
@@ -68,7 +69,7 @@ if mode == MODE_CANCEL then
   return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}
 end
 
-local blocked = blocked_for(KEYS[2], now)
+local blocked = blocked_for(KEYS[2], now, read[2])
 if blocked > 0 then
   return {0, 0, blocked, blocked, now}
 end

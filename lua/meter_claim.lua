@@ -119,11 +119,18 @@ local function claim(K, A)
   local tolerance, cost = burst * per_unit, n * per_unit
 
   local at, grace = tonumber(A[8]), tonumber(A[10])
+  -- The meter's keys read ahead, in one call (see common.lua): its
+  -- instants and block, and the ticket and its generation when held so.
+  local ahead = {K[1], K[2], K[3]}
+  if source == 1 then
+    ahead[4], ahead[5] = K[4], K[5]
+  end
+  local read = redis.call('MGET', unpack(ahead))
 
   -- record moves the starts instant past a start at slot (ticks from now);
   -- a start recorded after a later one leaves it where it is.
   local function record(slot)
-    local starts = math.max(signed_ticks(K[2], now, per_unit, den) or slot, slot + cost)
+    local starts = math.max(signed_ticks(K[2], now, per_unit, den, read[2]) or slot, slot + cost)
     if starts > 0 then
       store_instant(K[2], now, starts, per_unit, den)
     end
@@ -132,8 +139,8 @@ local function claim(K, A)
   -- The capacity the task holds, and its slot (us).
   local held, release = nil, ''
   if source == 1 then
-    local ticket = load_state(K[4])
-    local generation = tonumber(redis.call('GET', K[5]))
+    local ticket = load_state(K[4], read[4])
+    local generation = tonumber(read[5])
     if ticket and ticket[4] == generation then
       held = ticket[1] + ceil_div(ticket[2] - tolerance, den)
     end
@@ -158,7 +165,7 @@ local function claim(K, A)
       end
       return {6, held, now, 0, 0, ''}
     end
-    local blocked = blocked_for(K[3], now)
+    local blocked = blocked_for(K[3], now, read[3])
     if blocked > held - now then
       if release ~= '' then
         -- Back to its place in the room, to be released after the block.
@@ -177,10 +184,10 @@ local function claim(K, A)
 
   -- No capacity held (or held for another instant, which is given back):
   -- take room there is at the instant, or at the meter's next start.
-  local planned = signed_ticks(K[1], now, per_unit, den)
+  local planned = signed_ticks(K[1], now, per_unit, den, read[1])
   local debt = math.max(planned or 0, 0)
   if held then
-    local ticket = load_state(K[4])
+    local ticket = load_state(K[4], read[4])
     cancel(K[1], K[4], now, debt, cost, tolerance, per_unit, den, ticket[1], ticket[2])
     planned = signed_ticks(K[1], now, per_unit, den)
   end
@@ -204,7 +211,7 @@ local function claim(K, A)
   -- (An instant given can be just past: the start under the task's other
   -- meters, decided a call earlier on another Cluster node. Only a block
   -- refuses it here, not the absence of one.)
-  local blocked = blocked_for(K[3], now)
+  local blocked = blocked_for(K[3], now, read[3])
   if blocked > 0 and blocked * den > slot then
     return {0, now + blocked, now, 0, 0, ''}
   end

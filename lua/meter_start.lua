@@ -66,8 +66,10 @@ local source = tonumber(ARGV[6])
 local now = server_now()
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local planned_debt = ticks_until(KEYS[1], now, per_unit, den)
-local starts_debt = ticks_until(KEYS[2], now, per_unit, den)
+-- Every key's value read ahead, in one call (see common.lua).
+local read = redis.call('MGET', unpack(KEYS, 1, math.min(#KEYS, 5)))
+local planned_debt = ticks_until(KEYS[1], now, per_unit, den, read[1])
+local starts_debt = ticks_until(KEYS[2], now, per_unit, den, read[2])
 
 if mode == 1 then
   local back = 0
@@ -99,8 +101,8 @@ end
 -- grace has not run out.
 local held = false
 if source == 1 then
-  local ticket = load_state(KEYS[4])
-  local generation = tonumber(redis.call('GET', KEYS[5]))
+  local ticket = load_state(KEYS[4], read[4])
+  local generation = tonumber(read[5])
   if ticket and ticket[4] == generation then
     local wait = (ticket[1] - now) * den + ticket[2] - tolerance
     held = wait + (ticket[3] or 0) >= 0
@@ -117,7 +119,7 @@ if not held and planned_debt + cost > tolerance then
       return {4, ceil_div(room_in - ahead, den), 0, 0, 0, 0, now}
     end
     local booking = reserve(KEYS[1], KEYS[4], KEYS[5], now, planned_debt, cost, tolerance, per_unit, den,
-      ahead, tonumber(ARGV[11]), 0)
+      ahead, tonumber(ARGV[11]), 0, {read[5], read[4]})
     local slot = booking[3] * den
     if slot > max_wait then
       return come_back(3, slot)
@@ -136,7 +138,7 @@ end
 -- than not_before, nor while the key is blocked; it moves the meter's
 -- instant as a unit started then would (a start on a meter with room keeps
 -- the rest of its burst).
-local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now) * den, 0)
+local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now, read[3]) * den, 0)
 if wait > max_wait then
   return come_back(2, wait)
 end

@@ -41,7 +41,8 @@ if not start then
 end
 
 local count = 0
-local state = load_state(KEYS[1])
+local read = redis.call('MGET', KEYS[1], KEYS[2]) -- the state and the block, read ahead (see common.lua)
+local state = load_state(KEYS[1], read[1])
 if state and state[3] > now then
   -- counted in this period, or in one of another calendar still running
   count = state[2]
@@ -59,7 +60,7 @@ if mode == MODE_CANCEL then
 end
 
 local until_end = finish - now
-local blocked = blocked_for(KEYS[2], now)
+local blocked = blocked_for(KEYS[2], now, read[2])
 if blocked > 0 then
   return {0, 0, blocked, blocked, now}
 end

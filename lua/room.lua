@@ -172,7 +172,8 @@ for i = a, #ARGV - 1, 2 do
 end
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
+local instants = redis.call('MGET', KEYS[1], KEYS[7]) -- read ahead (see common.lua)
+local debt = math.max(ticks_until(KEYS[1], now, per_unit, den, instants[1]), ticks_until(KEYS[7], now, per_unit, den, instants[2]))
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then

@@ -35,7 +35,8 @@ local now = server_now()
 local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local prev, cur = 0, 0
-local state = load_state(KEYS[1])
+local read = redis.call('MGET', KEYS[1], KEYS[2]) -- the state and the block, read ahead (see common.lua)
+local state = load_state(KEYS[1], read[1])
 -- old is a state counted under another window length, while it carries
 local old
 if state and state[4] and state[4] ~= window then
@@ -111,7 +112,7 @@ local function weighted_prev(e)
   return ceil_div(prev * (W - e), W)
 end
 
-local blocked = blocked_for(KEYS[2], now)
+local blocked = blocked_for(KEYS[2], now, read[2])
 if blocked > 0 then
   return {0, 0, blocked, blocked, now}
 end

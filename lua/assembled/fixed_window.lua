@@ -52,11 +52,19 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- Reading ahead. A reader of one key below takes, as its last argument,
+-- the key's value when the script read it already (with others, in one
+-- MGET: a command less for each key, which counts at a fleet's pace), false
+-- for a key that was absent, nil to have the reader GET it.
+--
 -- blocked_for returns how long the block at key (KEYS[2] of the window
 -- scripts and the leaky bucket, see block.lua) still holds, in
 -- microseconds; 0 if none.
-local function blocked_for(key, now)
-  local until_us = redis.call('GET', key)
+local function blocked_for(key, now, value)
+  local until_us = value
+  if until_us == nil then
+    until_us = redis.call('GET', key)
+  end
   if until_us then
     return math.max(0, tonumber(until_us) - now)
   end
@@ -66,8 +74,10 @@ end
 -- load_state reads a state of up to four ':'-joined integers; nil when the
 -- key is absent. It splits with string.find rather than an iterator, as it
 -- runs on every call.
-local function load_state(key)
-  local raw = redis.call('GET', key)
+local function load_state(key, raw)
+  if raw == nil then
+    raw = redis.call('GET', key)
+  end
   if not raw then
     return nil
   end
@@ -156,7 +166,8 @@ local now = server_now()
 local measured = changeable(KEYS[1]) and window or nil -- see common.lua
 local index = floor_div(now, window)
 local count = 0
-local state = load_state(KEYS[1])
+local read = redis.call('MGET', KEYS[1], KEYS[2]) -- the state and the block, read ahead (see common.lua)
+local state = load_state(KEYS[1], read[1])
 
 if mode == MODE_CANCEL then
   -- Units taken in a window that has ended need no giving back.
@@ -188,7 +199,7 @@ if state and state[1] >= index then
 end
 local until_end = (index + 1) * window - now
 
-local blocked = blocked_for(KEYS[2], now)
+local blocked = blocked_for(KEYS[2], now, read[2])
 if blocked > 0 then
   return {0, 0, blocked, blocked, now}
 end

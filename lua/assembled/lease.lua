@@ -43,11 +43,19 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- Reading ahead. A reader of one key below takes, as its last argument,
+-- the key's value when the script read it already (with others, in one
+-- MGET: a command less for each key, which counts at a fleet's pace), false
+-- for a key that was absent, nil to have the reader GET it.
+--
 -- blocked_for returns how long the block at key (KEYS[2] of the window
 -- scripts and the leaky bucket, see block.lua) still holds, in
 -- microseconds; 0 if none.
-local function blocked_for(key, now)
-  local until_us = redis.call('GET', key)
+local function blocked_for(key, now, value)
+  local until_us = value
+  if until_us == nil then
+    until_us = redis.call('GET', key)
+  end
   if until_us then
     return math.max(0, tonumber(until_us) - now)
   end

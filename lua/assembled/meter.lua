@@ -57,8 +57,10 @@ end
 -- reader of the format above, written out without other helpers: it runs
 -- on every decision of the meters, and each helper a script defines is a
 -- closure made on every call.
-local function signed_ticks(key, now, num, den)
-  local stored = redis.call('GET', key)
+local function signed_ticks(key, now, num, den, stored)
+  if stored == nil then
+    stored = redis.call('GET', key)
+  end
   if not stored then
     return nil
   end

@@ -52,11 +52,19 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- Reading ahead. A reader of one key below takes, as its last argument,
+-- the key's value when the script read it already (with others, in one
+-- MGET: a command less for each key, which counts at a fleet's pace), false
+-- for a key that was absent, nil to have the reader GET it.
+--
 -- blocked_for returns how long the block at key (KEYS[2] of the window
 -- scripts and the leaky bucket, see block.lua) still holds, in
 -- microseconds; 0 if none.
-local function blocked_for(key, now)
-  local until_us = redis.call('GET', key)
+local function blocked_for(key, now, value)
+  local until_us = value
+  if until_us == nil then
+    until_us = redis.call('GET', key)
+  end
   if until_us then
     return math.max(0, tonumber(until_us) - now)
   end
@@ -66,8 +74,10 @@ end
 -- load_state reads a state of up to four ':'-joined integers; nil when the
 -- key is absent. It splits with string.find rather than an iterator, as it
 -- runs on every call.
-local function load_state(key)
-  local raw = redis.call('GET', key)
+local function load_state(key, raw)
+  if raw == nil then
+    raw = redis.call('GET', key)
+  end
   if not raw then
     return nil
   end
@@ -123,8 +133,10 @@ end
 -- reader of the format above, written out without other helpers: it runs
 -- on every decision of the meters, and each helper a script defines is a
 -- closure made on every call.
-local function signed_ticks(key, now, num, den)
-  local stored = redis.call('GET', key)
+local function signed_ticks(key, now, num, den, stored)
+  if stored == nil then
+    stored = redis.call('GET', key)
+  end
   if not stored then
     return nil
   end
@@ -150,8 +162,8 @@ end
 
 -- ticks_until returns how many ticks of den (units of num ticks) from now
 -- until the instant stored at key; 0 when it is absent or has passed.
-local function ticks_until(key, now, num, den)
-  return math.max(0, signed_ticks(key, now, num, den) or 0)
+local function ticks_until(key, now, num, den, stored)
+  return math.max(0, signed_ticks(key, now, num, den, stored) or 0)
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a
@@ -455,11 +467,18 @@ local function claim(K, A)
   local tolerance, cost = burst * per_unit, n * per_unit
 
   local at, grace = tonumber(A[8]), tonumber(A[10])
+  -- The meter's keys read ahead, in one call (see common.lua): its
+  -- instants and block, and the ticket and its generation when held so.
+  local ahead = {K[1], K[2], K[3]}
+  if source == 1 then
+    ahead[4], ahead[5] = K[4], K[5]
+  end
+  local read = redis.call('MGET', unpack(ahead))
 
   -- record moves the starts instant past a start at slot (ticks from now);
   -- a start recorded after a later one leaves it where it is.
   local function record(slot)
-    local starts = math.max(signed_ticks(K[2], now, per_unit, den) or slot, slot + cost)
+    local starts = math.max(signed_ticks(K[2], now, per_unit, den, read[2]) or slot, slot + cost)
     if starts > 0 then
       store_instant(K[2], now, starts, per_unit, den)
     end
@@ -468,8 +487,8 @@ local function claim(K, A)
   -- The capacity the task holds, and its slot (us).
   local held, release = nil, ''
   if source == 1 then
-    local ticket = load_state(K[4])
-    local generation = tonumber(redis.call('GET', K[5]))
+    local ticket = load_state(K[4], read[4])
+    local generation = tonumber(read[5])
     if ticket and ticket[4] == generation then
       held = ticket[1] + ceil_div(ticket[2] - tolerance, den)
     end
@@ -494,7 +513,7 @@ local function claim(K, A)
       end
       return {6, held, now, 0, 0, ''}
     end
-    local blocked = blocked_for(K[3], now)
+    local blocked = blocked_for(K[3], now, read[3])
     if blocked > held - now then
       if release ~= '' then
         -- Back to its place in the room, to be released after the block.
@@ -513,10 +532,10 @@ local function claim(K, A)
 
   -- No capacity held (or held for another instant, which is given back):
   -- take room there is at the instant, or at the meter's next start.
-  local planned = signed_ticks(K[1], now, per_unit, den)
+  local planned = signed_ticks(K[1], now, per_unit, den, read[1])
   local debt = math.max(planned or 0, 0)
   if held then
-    local ticket = load_state(K[4])
+    local ticket = load_state(K[4], read[4])
     cancel(K[1], K[4], now, debt, cost, tolerance, per_unit, den, ticket[1], ticket[2])
     planned = signed_ticks(K[1], now, per_unit, den)
   end
@@ -540,7 +559,7 @@ local function claim(K, A)
   -- (An instant given can be just past: the start under the task's other
   -- meters, decided a call earlier on another Cluster node. Only a block
   -- refuses it here, not the absence of one.)
-  local blocked = blocked_for(K[3], now)
+  local blocked = blocked_for(K[3], now, read[3])
   if blocked > 0 and blocked * den > slot then
     return {0, now + blocked, now, 0, 0, ''}
   end

@@ -52,11 +52,19 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- Reading ahead. A reader of one key below takes, as its last argument,
+-- the key's value when the script read it already (with others, in one
+-- MGET: a command less for each key, which counts at a fleet's pace), false
+-- for a key that was absent, nil to have the reader GET it.
+--
 -- blocked_for returns how long the block at key (KEYS[2] of the window
 -- scripts and the leaky bucket, see block.lua) still holds, in
 -- microseconds; 0 if none.
-local function blocked_for(key, now)
-  local until_us = redis.call('GET', key)
+local function blocked_for(key, now, value)
+  local until_us = value
+  if until_us == nil then
+    until_us = redis.call('GET', key)
+  end
   if until_us then
     return math.max(0, tonumber(until_us) - now)
   end
@@ -66,8 +74,10 @@ end
 -- load_state reads a state of up to four ':'-joined integers; nil when the
 -- key is absent. It splits with string.find rather than an iterator, as it
 -- runs on every call.
-local function load_state(key)
-  local raw = redis.call('GET', key)
+local function load_state(key, raw)
+  if raw == nil then
+    raw = redis.call('GET', key)
+  end
   if not raw then
     return nil
   end
@@ -139,8 +149,10 @@ end
 -- reader of the format above, written out without other helpers: it runs
 -- on every decision of the meters, and each helper a script defines is a
 -- closure made on every call.
-local function signed_ticks(key, now, num, den)
-  local stored = redis.call('GET', key)
+local function signed_ticks(key, now, num, den, stored)
+  if stored == nil then
+    stored = redis.call('GET', key)
+  end
   if not stored then
     return nil
   end
@@ -166,8 +178,8 @@ end
 
 -- ticks_until returns how many ticks of den (units of num ticks) from now
 -- until the instant stored at key; 0 when it is absent or has passed.
-local function ticks_until(key, now, num, den)
-  return math.max(0, signed_ticks(key, now, num, den) or 0)
+local function ticks_until(key, now, num, den, stored)
+  return math.max(0, signed_ticks(key, now, num, den, stored) or 0)
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a
@@ -221,12 +233,19 @@ end
 -- ticks, starting no sooner than not_before ticks from now. Booked, it
 -- returns the decision, the booking's end instant (us, ticks), which cancel
 -- needs, and 1 when the booking is the ticket's standing one; otherwise the
--- wait after which booking would succeed.
-local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
+-- wait after which booking would succeed. read, when given, holds the
+-- values of generation_key and ticket read ahead (see Reading ahead).
+local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before, read)
   local generation
   if ticket then
-    generation = tonumber(redis.call('GET', generation_key))
-    local held = load_state(ticket)
+    local g, t
+    if read then
+      g, t = read[1], read[2]
+    else
+      g = redis.call('GET', generation_key)
+    end
+    generation = tonumber(g)
+    local held = load_state(ticket, t)
     if held and held[4] == generation then
       local wait = (held[1] - now) * den + held[2] - tolerance
       if wait + (held[3] or 0) >= 0 then
@@ -390,8 +409,10 @@ local source = tonumber(ARGV[6])
 local now = server_now()
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local planned_debt = ticks_until(KEYS[1], now, per_unit, den)
-local starts_debt = ticks_until(KEYS[2], now, per_unit, den)
+-- Every key's value read ahead, in one call (see common.lua).
+local read = redis.call('MGET', unpack(KEYS, 1, math.min(#KEYS, 5)))
+local planned_debt = ticks_until(KEYS[1], now, per_unit, den, read[1])
+local starts_debt = ticks_until(KEYS[2], now, per_unit, den, read[2])
 
 if mode == 1 then
   local back = 0
@@ -423,8 +444,8 @@ end
 -- grace has not run out.
 local held = false
 if source == 1 then
-  local ticket = load_state(KEYS[4])
-  local generation = tonumber(redis.call('GET', KEYS[5]))
+  local ticket = load_state(KEYS[4], read[4])
+  local generation = tonumber(read[5])
   if ticket and ticket[4] == generation then
     local wait = (ticket[1] - now) * den + ticket[2] - tolerance
     held = wait + (ticket[3] or 0) >= 0
@@ -441,7 +462,7 @@ if not held and planned_debt + cost > tolerance then
       return {4, ceil_div(room_in - ahead, den), 0, 0, 0, 0, now}
     end
     local booking = reserve(KEYS[1], KEYS[4], KEYS[5], now, planned_debt, cost, tolerance, per_unit, den,
-      ahead, tonumber(ARGV[11]), 0)
+      ahead, tonumber(ARGV[11]), 0, {read[5], read[4]})
     local slot = booking[3] * den
     if slot > max_wait then
       return come_back(3, slot)
@@ -460,7 +481,7 @@ end
 -- than not_before, nor while the key is blocked; it moves the meter's
 -- instant as a unit started then would (a start on a meter with room keeps
 -- the rest of its burst).
-local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now) * den, 0)
+local wait = math.max(starts_debt + cost - tolerance, not_before, blocked_for(KEYS[3], now, read[3]) * den, 0)
 if wait > max_wait then
   return come_back(2, wait)
 end

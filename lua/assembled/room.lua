@@ -55,8 +55,10 @@ end
 -- load_state reads a state of up to four ':'-joined integers; nil when the
 -- key is absent. It splits with string.find rather than an iterator, as it
 -- runs on every call.
-local function load_state(key)
-  local raw = redis.call('GET', key)
+local function load_state(key, raw)
+  if raw == nil then
+    raw = redis.call('GET', key)
+  end
   if not raw then
     return nil
   end
@@ -128,8 +130,10 @@ end
 -- reader of the format above, written out without other helpers: it runs
 -- on every decision of the meters, and each helper a script defines is a
 -- closure made on every call.
-local function signed_ticks(key, now, num, den)
-  local stored = redis.call('GET', key)
+local function signed_ticks(key, now, num, den, stored)
+  if stored == nil then
+    stored = redis.call('GET', key)
+  end
   if not stored then
     return nil
   end
@@ -155,8 +159,8 @@ end
 
 -- ticks_until returns how many ticks of den (units of num ticks) from now
 -- until the instant stored at key; 0 when it is absent or has passed.
-local function ticks_until(key, now, num, den)
-  return math.max(0, signed_ticks(key, now, num, den) or 0)
+local function ticks_until(key, now, num, den, stored)
+  return math.max(0, signed_ticks(key, now, num, den, stored) or 0)
 end
 
 -- instant_after splits the instant ticks after now into a microsecond and a
@@ -210,12 +214,19 @@ end
 -- ticks, starting no sooner than not_before ticks from now. Booked, it
 -- returns the decision, the booking's end instant (us, ticks), which cancel
 -- needs, and 1 when the booking is the ticket's standing one; otherwise the
--- wait after which booking would succeed.
-local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before)
+-- wait after which booking would succeed. read, when given, holds the
+-- values of generation_key and ticket read ahead (see Reading ahead).
+local function reserve(key, ticket, generation_key, now, debt, cost, tolerance, per_unit, den, max_wait, grace, not_before, read)
   local generation
   if ticket then
-    generation = tonumber(redis.call('GET', generation_key))
-    local held = load_state(ticket)
+    local g, t
+    if read then
+      g, t = read[1], read[2]
+    else
+      g = redis.call('GET', generation_key)
+    end
+    generation = tonumber(g)
+    local held = load_state(ticket, t)
     if held and held[4] == generation then
       local wait = (held[1] - now) * den + held[2] - tolerance
       if wait + (held[3] or 0) >= 0 then
@@ -438,16 +449,19 @@ end
 -- the starts instant}. Returns reserve's reply.
 local function book_at(K, now, n, burst, per_unit, den, max_wait, grace, at)
   local tolerance, cost = burst * per_unit, n * per_unit
-  local debt = ticks_until(K[1], now, per_unit, den)
-  local held = load_state(K[2])
-  if held and held[4] == tonumber(redis.call('GET', K[3]))
+  local read = redis.call('MGET', K[1], K[2], K[3], K[4]) -- see Reading ahead
+  local debt = ticks_until(K[1], now, per_unit, den, read[1])
+  local held = load_state(K[2], read[2])
+  local ticket = read[2]
+  if held and held[4] == tonumber(read[3])
     and held[1] + ceil_div(held[2] - tolerance, den) ~= at then
     cancel(K[1], K[2], now, debt, cost, tolerance, per_unit, den, held[1], held[2])
     debt = ticks_until(K[1], now, per_unit, den)
+    ticket = false -- cancel deleted it
   end
-  debt = math.max(debt, ticks_until(K[4], now, per_unit, den))
+  debt = math.max(debt, ticks_until(K[4], now, per_unit, den, read[4]))
   local from = math.max(0, (at - now) * den)
-  return reserve(K[1], K[2], K[3], now, debt, cost, tolerance, per_unit, den, max_wait + from, grace, from)
+  return reserve(K[1], K[2], K[3], now, debt, cost, tolerance, per_unit, den, max_wait + from, grace, from, {read[3], ticket})
 end
 
 -- move_to_head moves asynq task id from its queue's retry or scheduled set
@@ -641,7 +655,8 @@ for i = a, #ARGV - 1, 2 do
 end
 local tolerance = burst * per_unit
 local cost = n * per_unit
-local debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
+local instants = redis.call('MGET', KEYS[1], KEYS[7]) -- read ahead (see common.lua)
+local debt = math.max(ticks_until(KEYS[1], now, per_unit, den, instants[1]), ticks_until(KEYS[7], now, per_unit, den, instants[2]))
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then
