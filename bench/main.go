@@ -12,7 +12,8 @@
 //
 // "go run . fleet" runs the fleet benchmark instead: asynq worker processes
 // behind the worker middleware, and what they cost Redis (see fleetMain).
-// "go run . shares" measures leased shares (throttle.WithLeasedShares)
+// "go run . calls" measures what one call costs Redis at a fleet's pace
+// (see callsMain). "go run . shares" measures leased shares (throttle.WithLeasedShares)
 // beside a round trip per decision and redis_rate (see sharesMain).
 package main
 
@@ -42,6 +43,13 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "shares" {
 		if err := sharesMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "calls" {
+		if err := callsMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
