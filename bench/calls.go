@@ -33,14 +33,12 @@ func callsMain(args []string) error {
 	if *tasks < 1 || *rounds < 1 {
 		return errors.New("calls: -tasks and -rounds must be at least 1")
 	}
-	if *addr == "" {
-		started, stop, err := startRedis()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		*addr = started
+	at, stop, err := redisAt(*addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
+	*addr = at
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 16, MinIdleConns: 12})
 	defer rdb.Close()

@@ -78,14 +78,12 @@ func fleetMain(args []string) error {
 			chosen = append(chosen, sc)
 		}
 	}
-	if *addr == "" {
-		started, stop, err := startRedis()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		*addr = started
+	at, stop, err := redisAt(*addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
+	*addr = at
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: *addr})
 	defer admin.Close()

@@ -73,14 +73,12 @@ func main() {
 }
 
 func run(addr string, perCell time.Duration, rounds int) error {
-	if addr == "" {
-		started, stop, err := startRedis()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addr = started
+	at, stop, err := redisAt(addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
+	addr = at
 	host, portText, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
@@ -305,6 +303,16 @@ func cleanUp(ctx context.Context, rdb *redis.Client, prefix string) {
 			rdb.Del(ctx, iter.Val())
 		}
 	}
+}
+
+// redisAt returns addr and a stop that does nothing, or, for an empty
+// addr, the address of a redis-server it starts (see startRedis) and how to
+// stop it.
+func redisAt(addr string) (string, func(), error) {
+	if addr != "" {
+		return addr, func() {}, nil
+	}
+	return startRedis()
 }
 
 // startRedis starts a redis-server on a free loopback port, without

@@ -29,14 +29,12 @@ func sharesMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *addr == "" {
-		started, stop, err := startRedis()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		*addr = started
+	at, stop, err := redisAt(*addr)
+	if err != nil {
+		return err
 	}
+	defer stop()
+	*addr = at
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: *addr})
 	defer admin.Close()
