@@ -13,8 +13,9 @@
 // "go run . fleet" runs the fleet benchmark instead: asynq worker processes
 // behind the worker middleware, and what they cost Redis (see fleetMain).
 // "go run . calls" measures what one call costs Redis at a fleet's pace
-// (see callsMain). "go run . shares" measures leased shares (throttle.WithLeasedShares)
-// beside a round trip per decision and redis_rate (see sharesMain).
+// (see callsMain). "go run . shares" measures leased shares
+// (throttle.WithLeasedShares) beside a round trip per decision and
+// redis_rate (see sharesMain).
 package main
 
 import (
@@ -41,22 +42,9 @@ func main() {
 	if os.Getenv(childScenario) != "" {
 		os.Exit(fleetChild())
 	}
-	if len(os.Args) > 1 && os.Args[1] == "shares" {
-		if err := sharesMain(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "calls" {
-		if err := callsMain(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "fleet" {
-		if err := fleetMain(os.Args[2:]); err != nil {
+	subcommands := map[string]func(args []string) error{"calls": callsMain, "fleet": fleetMain, "shares": sharesMain}
+	if sub, ok := subcommands[firstArg()]; ok {
+		if err := sub(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -303,6 +291,14 @@ func cleanUp(ctx context.Context, rdb *redis.Client, prefix string) {
 			rdb.Del(ctx, iter.Val())
 		}
 	}
+}
+
+// firstArg returns the command line's first argument, "" when it has none.
+func firstArg() string {
+	if len(os.Args) > 1 {
+		return os.Args[1]
+	}
+	return ""
 }
 
 // redisAt returns addr and a stop that does nothing, or, for an empty
