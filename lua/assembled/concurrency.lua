@@ -140,14 +140,15 @@ end
 --            still on their way back to their queue after a "~"
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
---            handed it the slot already); else (retry_after and
---            reset_after 0: a waiter asks nothing of them) a sixth
---            value, the waiters in line ahead of it (there or away), a
+--            handed it the slot already); else (retry_after 0: a
+--            waiter asks nothing of it) a sixth value, the waiters in line ahead of it (there or away), a
 --            seventh, 1 when it had been called, and an eighth, 1 when it
 --            parked, 2 when it parks as its budget runs out
 --          leave: ok = it stood in line; the payloads of the waiters
 --            called follow, as for release
---          reset_after_us: until the last current lease runs out
+--          reset_after_us: acquire, peek: until the last current lease
+--            runs out; 0 in the other modes, whose callers ask nothing
+--            of it
 
 local MODE_ACQUIRE, MODE_RELEASE, MODE_RENEW = 0, 2, 3
 local MODE_WAIT, MODE_LEAVE = 4, 6
@@ -190,6 +191,15 @@ local function prune()
   return rest
 end
 
+-- outlive renews the key's expiry, when it is shorter, to outlive a lease
+-- written now: as every write of a lease calls it, the key outlives every
+-- lease in it. (Cheaper than prune: no read of the leases.)
+local function outlive()
+  if redis.call('PTTL', KEYS[1]) < ceil_div(lease, 1000) then
+    redis.call('PEXPIRE', KEYS[1], ttl_ms(lease))
+  end
+end
+
 -- entry splits a waiter's entry into expiry, way and payload.
 local function entry(info)
   local bar = string.find(info, '|', 1, true)
@@ -197,18 +207,20 @@ local function entry(info)
 end
 
 -- line walks the first reach (default SCAN) places of the line from its
--- head, a chunk of places a call, dropping waiters whose entry expired, and
+-- head, a chunk of places a call (the first of first places, when the
+-- caller knows how far it will go), dropping waiters whose entry expired, and
 -- calls visit(id, way, payload, position, expiry) for each live one
 -- (position counts from 0) until visit returns true. Returns the live
 -- waiters seen (the last visited included). The waiter self (a wait's own)
 -- is visited as there, whatever its entry says: its entry is written after
 -- the walk.
 local CHUNK = 16
-local function line(visit, reach, self)
+local function line(visit, reach, self, first)
   reach = reach or SCAN
   local seen, from, gone, stopped = 0, 0, {}, false
+  local size = math.min(first or CHUNK, CHUNK)
   while not stopped and from < reach do
-    local ids = redis.call('ZRANGE', KEYS[2], from, math.min(from + CHUNK, reach) - 1)
+    local ids = redis.call('ZRANGE', KEYS[2], from, math.min(from + size, reach) - 1)
     local infos = #ids > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
     for i = 1, #ids do
       local expiry, way, payload = 0, '', ''
@@ -243,8 +255,9 @@ local function line(visit, reach, self)
         end
       end
     end
-    stopped = stopped or #ids < CHUNK
-    from = from + CHUNK
+    stopped = stopped or #ids < size
+    from = from + size
+    size = CHUNK
   end
   if #gone > 0 then
     redis.call('ZREM', KEYS[2], unpack(gone))
@@ -281,9 +294,8 @@ end
 -- places it did not call are told in those messages too (see release).
 -- Waiters on their way back to their queue ('a') are called too; their
 -- payloads come after a "~", for the caller to bring them back once they
--- are there. count is the live holders; rest, when the holders were just
--- pruned, how long until the last lease runs out (nil: not pruned).
-local function wake(reply, channel, ahead, look, hold, count, rest)
+-- are there. count is the live holders.
+local function wake(reply, channel, ahead, look, hold, count)
   local free = limit - count
   look = look or 0
   if free <= 0 and ahead <= 0 then
@@ -296,6 +308,8 @@ local function wake(reply, channel, ahead, look, hold, count, rest)
   -- waiters they were, and the waiters' new entries (field, value pairs).
   local woken, by_token, tokens = 0, {}, {}
   local handed, left, entries = {}, {}, {}
+  -- It stops at the first place at or past free + ahead and look where
+  -- free inline waiters were found: it reads that far at once.
   local seen = line(function(id, way, payload, position, expiry)
     if position >= free + ahead and woken >= free and position >= look then
       return true
@@ -332,7 +346,7 @@ local function wake(reply, channel, ahead, look, hold, count, rest)
       heads[#heads + 1] = payload
     end
     return false
-  end)
+  end, nil, nil, math.max(free + ahead, look) + 1)
   if (hold or 0) > 0 and seen > 0 then
     -- the line's keys' expiry stands
     entries[#entries + 1] = '~hold'
@@ -351,12 +365,7 @@ local function wake(reply, channel, ahead, look, hold, count, rest)
     end
   end
   if #tokens > 0 then
-    -- The key outlives the leases handed over too.
-    if not rest then
-      prune()
-    elseif lease > rest then
-      redis.call('PEXPIRE', KEYS[1], ttl_ms(lease))
-    end
+    outlive() -- the key outlives the leases handed over too
     local listed = ''
     if #heads > 1 then
       listed = '\n' .. table.concat(heads, '\n')
@@ -369,22 +378,20 @@ local function wake(reply, channel, ahead, look, hold, count, rest)
 end
 
 if mode == MODE_RELEASE or mode == MODE_RENEW then
-  local score = redis.call('ZSCORE', KEYS[1], holder)
-  local held = score and tonumber(score) > now
-  if mode == MODE_RENEW and held then
-    redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
-  else
-    redis.call('ZREM', KEYS[1], holder)
-  end
-  local rest = prune()
-  local count = redis.call('ZCARD', KEYS[1])
+  -- Expired holders go first: a holder still there is live.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now))
   local ok = 0
-  if held then
+  if mode == MODE_RELEASE then
+    ok = redis.call('ZREM', KEYS[1], holder)
+  elseif redis.call('ZSCORE', KEYS[1], holder) then
+    redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
+    outlive()
     ok = 1
   end
-  local reply = {ok, math.max(0, limit - count), 0, rest, now}
+  local count = redis.call('ZCARD', KEYS[1])
+  local reply = {ok, math.max(0, limit - count), 0, 0, now}
   if mode == MODE_RELEASE then
-    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), tonumber(ARGV[9]), count, rest)
+    return wake(reply, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), tonumber(ARGV[9]), count)
   end
   return reply
 end
@@ -404,7 +411,7 @@ if mode == MODE_LEAVE then
   redis.call('ZREM', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id)
   local count = live()
-  return wake({there, math.max(0, limit - count), 0, until_last(), now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), nil, count)
+  return wake({there, math.max(0, limit - count), 0, 0, now}, ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[10]), nil, count)
 end
 
 local count = live()
@@ -418,31 +425,28 @@ end
 
 if mode == MODE_WAIT then
   local id, ttl = ARGV[6], tonumber(ARGV[5])
-  local since = tonumber(redis.call('ZSCORE', KEYS[1], holder))
-  if since and since > now then
-    -- A release handed it a slot (its message may have been lost): its
-    -- lease runs from now, as if just acquired.
-    redis.call('ZADD', KEYS[1], 'XX', int(now + lease), holder)
-    local rest = prune()
-    redis.call('HDEL', KEYS[3], id)
-    return {1, math.max(0, limit - count), 0, rest, now, 0, 0, 0}
-  end
   local got = redis.call('HMGET', KEYS[3], id, '~hold')
   local info, line_hold = got[1], tonumber(got[2])
   local called = 0
+  -- lined: it stands in line (a waiter handed a slot stands out of it).
+  local lined = false
   if info then
     local _, way, payload = entry(info)
+    lined = way ~= 'g'
     if way == 'c' then
       called = 1
-    elseif way == 'g' and payload ~= holder and (tonumber(redis.call('ZSCORE', KEYS[1], payload)) or 0) > now then
-      -- Handed a slot under an earlier holder id that it did not take up
-      -- (it had gone back to its queue), and the slot is still held for
-      -- it: the slot is its now.
-      redis.call('ZREM', KEYS[1], payload)
+    elseif way == 'g' and (tonumber(redis.call('ZSCORE', KEYS[1], payload)) or 0) > now then
+      -- A release handed it a slot, and the slot is still held for it:
+      -- under this holder id (the message may have been lost), or under
+      -- an earlier one that it did not take up (it had gone back to its
+      -- queue). The slot is its now, its lease running from now.
+      if payload ~= holder then
+        redis.call('ZREM', KEYS[1], payload)
+      end
       redis.call('HDEL', KEYS[3], id)
       redis.call('ZADD', KEYS[1], int(now + lease), holder)
-      local rest = prune()
-      return {1, math.max(0, limit - redis.call('ZCARD', KEYS[1])), 0, rest, now, 0, 0, 0}
+      outlive()
+      return {1, math.max(0, limit - count), 0, 0, now, 0, 0, 0}
     end
   end
   -- The walk: with slots free, until it finds itself or as many waiters
@@ -485,12 +489,12 @@ if mode == MODE_WAIT then
       redis.call('HDEL', KEYS[3], id)
     end
     redis.call('ZADD', KEYS[1], int(now + lease), holder)
-    local rest = prune()
-    return listed({1, limit - count - 1, 0, rest, now, 0, called, 0})
+    outlive()
+    return listed({1, limit - count - 1, 0, 0, now, 0, called, 0})
   end
   -- It waits: in line (at its end when it was not in line), its entry
   -- written once, and the line's keys kept as long as the entry.
-  if not info then
+  if not lined then
     local order = redis.call('HINCRBY', KEYS[3], '#', 1)
     redis.call('ZADD', KEYS[2], order, id)
   end
