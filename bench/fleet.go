@@ -41,6 +41,7 @@ func fleetMain(args []string) error {
 	backOnce := fs.Bool("plain-back-once", false, "plain asynq sends each task back once through its own retry (1 s later, counted as a failure so that its retry count tells any process) before running it: what asynq alone spends on a task that goes back, the floor under the library's")
 	inline := fs.Duration("inline-wait", 0, "worker.WithInlineWait for every worker process; 0: the default")
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
+	batches := fs.Int("batches", 1, "times each fleet runs its scenario's tasks in a row, each batch enqueued once the last is done; Redis's work is added up over the batches (the enqueueing left out), so that more batches average out the fleet's own periodic work (asynq's heartbeats, its forwarder) that one short run catches by chance")
 	warm := fs.Bool("warm", false, "each worker process opens 16 connections of each of its clients before it is watched at rest, as a process that has run a while has them; otherwise the pools grow as the tasks come, and each connection's set-up (about 100 µs of Redis CPU) counts against the tasks")
 	_ = fs.Parse(args)
 	var childEnv []string
@@ -111,7 +112,7 @@ func fleetMain(args []string) error {
 					if plain && !*withPlain {
 						continue
 					}
-					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, childEnv)
+					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, max(1, *batches), childEnv)
 					if err != nil {
 						return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
 					}
@@ -178,10 +179,10 @@ type fleetStart struct {
 
 // fleetResult is what one run of a fleet measured.
 type fleetResult struct {
-	tasks  int
-	starts []fleetStart
-	trips  int64
-	pings  int64 // of trips: settle's PINGs (worker.WithSettle)
+	tasks   int
+	batches [][]fleetStart // each batch's handler starts
+	trips   int64
+	pings   int64 // of trips: settle's PINGs (worker.WithSettle)
 	// of trips: the registry's writes (a limiter's first decision in a
 	// process writes its entry, then hourly)
 	registry int64
@@ -200,9 +201,9 @@ type fleetResult struct {
 
 // runFleet starts n worker processes of sc (plain: without the
 // middleware), watches them at rest, enqueues sc's tasks into a paused
-// queue, lets them go and waits until every task has run. childEnv is
-// added to each worker process's environment.
-func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, childEnv []string) (fleetResult, error) {
+// queue, lets them go and waits until every task has run, batches times
+// in a row. childEnv is added to each worker process's environment.
+func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, batches int, childEnv []string) (fleetResult, error) {
 	var res fleetResult
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		return res, err
@@ -288,60 +289,69 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if res.idle, err = watch(ctx, admin, idleFor); err != nil {
 		return res, err
 	}
-	// Paused only now: asynq's workers poll a paused queue more cheaply than
-	// an empty one, which is what they poll while the tasks wait.
 	inspector := asynq.NewInspectorFromRedisClient(admin)
-	if err := inspector.PauseQueue(fleetQueue); err != nil {
-		return res, err
-	}
 	client := asynq.NewClientFromRedisClient(admin)
-	for i := range sc.tasks {
-		payload := fmt.Sprintf(`{"tenant":"t%d"}`, i%sc.tenants)
-		if _, err := client.EnqueueContext(ctx, asynq.NewTask("fleet:task", []byte(payload)), asynq.Queue(fleetQueue)); err != nil {
+	limit := 60*time.Second + time.Duration(float64(sc.tasks)/max(sc.ideal, 1)*3*float64(time.Second))
+	// Each batch is watched from its queue's unpausing to its last task's
+	// end: the enqueueing between batches is left out.
+	for range batches {
+		// Paused only now: asynq's workers poll a paused queue more cheaply
+		// than an empty one, which is what they poll while the tasks wait.
+		if err := inspector.PauseQueue(fleetQueue); err != nil {
 			return res, err
 		}
-	}
-	before, err := ask()
-	if err != nil {
-		return res, err
-	}
-	from, err := snap(ctx, admin)
-	if err != nil {
-		return res, err
-	}
-	if err := inspector.UnpauseQueue(fleetQueue); err != nil {
-		return res, err
-	}
-	limit := 60*time.Second + time.Duration(float64(sc.tasks)/max(sc.ideal, 1)*3*float64(time.Second))
-	for done := 0; done < sc.tasks; {
-		e, err := next(events, limit)
+		for i := range sc.tasks {
+			payload := fmt.Sprintf(`{"tenant":"t%d"}`, i%sc.tenants)
+			if _, err := client.EnqueueContext(ctx, asynq.NewTask("fleet:task", []byte(payload)), asynq.Queue(fleetQueue)); err != nil {
+				return res, err
+			}
+		}
+		before, err := ask()
 		if err != nil {
-			return res, fmt.Errorf("%d of %d tasks done: %w", done, sc.tasks, err)
+			return res, err
 		}
-		switch e.kind {
-		case "S":
-			res.starts = append(res.starts, fleetStart{time.Unix(0, e.at), e.tenant})
-		case "D":
-			done++
+		from, err := snap(ctx, admin)
+		if err != nil {
+			return res, err
 		}
-	}
-	to, err := snap(ctx, admin)
-	if err != nil {
-		return res, err
+		if err := inspector.UnpauseQueue(fleetQueue); err != nil {
+			return res, err
+		}
+		var starts []fleetStart
+		for done := 0; done < sc.tasks; {
+			e, err := next(events, limit)
+			if err != nil {
+				return res, fmt.Errorf("%d of %d tasks done: %w", done, sc.tasks, err)
+			}
+			switch e.kind {
+			case "S":
+				starts = append(starts, fleetStart{time.Unix(0, e.at), e.tenant})
+			case "D":
+				done++
+			}
+		}
+		to, err := snap(ctx, admin)
+		if err != nil {
+			return res, err
+		}
+		after, err := ask()
+		if err != nil {
+			return res, err
+		}
+		res.batches = append(res.batches, starts)
+		res.tasks += sc.tasks
+		res.trips, res.pings, res.back = res.trips+after.n-before.n, res.pings+after.pings-before.pings, res.back+after.back-before.back
+		res.registry += after.reg - before.reg
+		ran := to.since(from)
+		res.run.cmds, res.run.cpu, res.run.elapsed = res.run.cmds+ran.cmds, res.run.cpu+ran.cpu, res.run.elapsed+ran.elapsed
 	}
 	if res.idleAfter, err = watch(ctx, admin, idleFor); err != nil {
 		return res, err
 	}
-	after, err := ask()
-	if err != nil {
-		return res, err
-	}
-	res.tasks, res.trips, res.pings, res.back = sc.tasks, after.n-before.n, after.pings-before.pings, after.back-before.back
-	res.registry = after.reg - before.reg
 	if res.byTask, res.sentBack, err = tasksOf(stdins, events, n); err != nil {
 		return res, err
 	}
-	res.run, res.runElapsed = to.since(from), to.at.Sub(from.at)
+	res.runElapsed = res.run.elapsed
 	return res, nil
 }
 

@@ -112,20 +112,26 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 	if sent > 0 {
 		row.tripsBack = float64(ownBack+r.trips-r.registry-own) / float64(sent)
 	}
-	all := make([]time.Time, len(r.starts))
-	byKey := map[string][]time.Time{}
-	for i, s := range r.starts {
-		all[i] = s.at
-		byKey[s.tenant] = append(byKey[s.tenant], s.at)
+	// Rates are each batch's, averaged over the batches; the most starts in
+	// 1 s, the most in any batch.
+	for _, batch := range r.batches {
+		all := make([]time.Time, len(batch))
+		byKey := map[string][]time.Time{}
+		for i, s := range batch {
+			all[i] = s.at
+			byKey[s.tenant] = append(byKey[s.tenant], s.at)
+		}
+		overall, most := achieved(all)
+		row.overall += overall / float64(len(r.batches))
+		row.mostAll = max(row.mostAll, most)
+		var sum float64
+		for _, starts := range byKey {
+			rate, most := achieved(starts)
+			sum += rate
+			row.mostPerKey = max(row.mostPerKey, most)
+		}
+		row.perKeyRate += sum / float64(max(1, len(byKey))) / float64(len(r.batches))
 	}
-	row.overall, row.mostAll = achieved(all)
-	var sum float64
-	for _, starts := range byKey {
-		rate, most := achieved(starts)
-		sum += rate
-		row.mostPerKey = max(row.mostPerKey, most)
-	}
-	row.perKeyRate = sum / float64(max(1, len(byKey)))
 	// The fleet's rate at rest: the mean of the spans before and after the
 	// tasks, which differ by up to a tenth from one span to the next.
 	idleCmds := (r.idle.cmdsPerSec() + r.idleAfter.cmdsPerSec()) / 2 * r.runElapsed.Seconds()
