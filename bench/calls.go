@@ -216,6 +216,11 @@ func scriptStats(ctx context.Context, rdb *redis.Client) (scriptTotals, error) {
 	if err != nil {
 		return scriptTotals{}, err
 	}
+	return scriptTotalsOf(info), nil
+}
+
+// scriptTotalsOf reads the EVALSHA totals from INFO's commandstats section.
+func scriptTotalsOf(info string) scriptTotals {
 	var s scriptTotals
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
@@ -232,7 +237,7 @@ func scriptStats(ctx context.Context, rdb *redis.Client) (scriptTotals, error) {
 			}
 		}
 	}
-	return s, nil
+	return s
 }
 
 // spread formats values as their median and range.

@@ -42,6 +42,7 @@ func fleetMain(args []string) error {
 	inline := fs.Duration("inline-wait", 0, "worker.WithInlineWait for every worker process; 0: the default")
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
 	batches := fs.Int("batches", 1, "times each fleet runs its scenario's tasks in a row, each batch enqueued once the last is done; Redis's work is added up over the batches (the enqueueing left out), so that more batches average out the fleet's own periodic work (asynq's heartbeats, its forwarder) that one short run catches by chance")
+	profile := fs.Bool("profile-scripts", false, "each worker process runs timed copies of the library's scripts, and each fleet's table is followed by the calls a task and the µs a call of each script and mode, timed inside Redis (a few µs a call high: the timing's own commands)")
 	warm := fs.Bool("warm", false, "each worker process opens 16 connections of each of its clients before it is watched at rest, as a process that has run a while has them; otherwise the pools grow as the tasks come, and each connection's set-up (about 100 µs of Redis CPU) counts against the tasks")
 	_ = fs.Parse(args)
 	var childEnv []string
@@ -59,6 +60,9 @@ func fleetMain(args []string) error {
 	}
 	if *warm {
 		childEnv = append(childEnv, childWarm+"=1")
+	}
+	if *profile {
+		childEnv = append(childEnv, childProfile+"=1")
 	}
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -100,6 +104,7 @@ func fleetMain(args []string) error {
 		fmt.Printf("%s: %s; %d tasks over %d tenants, handlers of %s\n", sc.name, sc.about, sc.tasks, sc.tenants, sc.work)
 		var rows []fleetRow
 		var ratios []string
+		var profiles []func()
 		for _, n := range ns {
 			var lib, bare []float64
 			for round := range max(1, *rounds) {
@@ -112,12 +117,15 @@ func fleetMain(args []string) error {
 					if plain && !*withPlain {
 						continue
 					}
-					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, max(1, *batches), childEnv)
+					res, err := runFleet(ctx, admin, *addr, sc, n, plain, *idleFor, max(1, *batches), *profile && !plain, childEnv)
 					if err != nil {
 						return fmt.Errorf("fleet: %s, N=%d, plain=%v: %w", sc.name, n, plain, err)
 					}
 					row := res.row(sc, n, plain)
 					rows = append(rows, row)
+					if res.scripts != nil {
+						profiles = append(profiles, func() { printScriptTimes(os.Stdout, n, res.tasks, res.scripts) })
+					}
 					idles = append(idles, res.atRest(n, plain, sc.name))
 					if plain {
 						bare = append(bare, row.overall)
@@ -131,6 +139,9 @@ func fleetMain(args []string) error {
 			}
 		}
 		printFleetRows(os.Stdout, sc, rows)
+		for _, p := range profiles {
+			p()
+		}
 		for _, r := range ratios {
 			fmt.Println(r)
 		}
@@ -181,6 +192,7 @@ type fleetStart struct {
 type fleetResult struct {
 	tasks   int
 	batches [][]fleetStart // each batch's handler starts
+	scripts scriptTimes    // with -profile-scripts: the timed scripts' times
 	trips   int64
 	pings   int64 // of trips: settle's PINGs (worker.WithSettle)
 	// of trips: the registry's writes (a limiter's first decision in a
@@ -202,8 +214,9 @@ type fleetResult struct {
 // runFleet starts n worker processes of sc (plain: without the
 // middleware), watches them at rest, enqueues sc's tasks into a paused
 // queue, lets them go and waits until every task has run, batches times
-// in a row. childEnv is added to each worker process's environment.
-func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, batches int, childEnv []string) (fleetResult, error) {
+// in a row; with profile, it adds up the timed scripts' times over the
+// batches. childEnv is added to each worker process's environment.
+func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario, n int, plain bool, idleFor time.Duration, batches int, profile bool, childEnv []string) (fleetResult, error) {
 	var res fleetResult
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		return res, err
@@ -314,6 +327,12 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		if err != nil {
 			return res, err
 		}
+		var timesBefore scriptTimes
+		if profile {
+			if timesBefore, err = readScriptTimes(ctx, admin); err != nil {
+				return res, err
+			}
+		}
 		if err := inspector.UnpauseQueue(fleetQueue); err != nil {
 			return res, err
 		}
@@ -334,6 +353,16 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		if err != nil {
 			return res, err
 		}
+		if profile {
+			timesAfter, err := readScriptTimes(ctx, admin)
+			if err != nil {
+				return res, err
+			}
+			if res.scripts == nil {
+				res.scripts = scriptTimes{}
+			}
+			res.scripts.add(timesBefore, timesAfter)
+		}
 		after, err := ask()
 		if err != nil {
 			return res, err
@@ -342,8 +371,7 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		res.tasks += sc.tasks
 		res.trips, res.pings, res.back = res.trips+after.n-before.n, res.pings+after.pings-before.pings, res.back+after.back-before.back
 		res.registry += after.reg - before.reg
-		ran := to.since(from)
-		res.run.cmds, res.run.cpu, res.run.elapsed = res.run.cmds+ran.cmds, res.run.cpu+ran.cpu, res.run.elapsed+ran.elapsed
+		res.run = res.run.plus(to.since(from))
 	}
 	if res.idleAfter, err = watch(ctx, admin, idleFor); err != nil {
 		return res, err

@@ -36,6 +36,8 @@ const (
 	// "1": the process opens its clients' connections before it is
 	// watched at rest (see warmPool)
 	childWarm = "JT_FLEET_WARM"
+	// "1": the library's scripts run as timed copies (see profile.go)
+	childProfile = "JT_FLEET_PROFILE"
 )
 
 // warmConns is how many connections warmPool opens in each client: the
@@ -103,6 +105,12 @@ func fleetChild() int {
 	if os.Getenv("JT_FLEET_DETAIL") == "1" {
 		detail = newTally()
 		libRDB.AddHook(detail)
+	}
+	if os.Getenv(childProfile) == "1" {
+		if err := timeScripts(context.Background(), libRDB); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet child:", err)
+			return 1
+		}
 	}
 
 	var mu sync.Mutex

@@ -15,35 +15,45 @@ import (
 )
 
 // serverSnap is what Redis has done so far: commands processed (each
-// command inside a script counts, as Redis counts them) and CPU seconds.
+// command inside a script counts, as Redis counts them), CPU seconds, and
+// microseconds spent running scripts (EVALSHA, asynq's and the library's).
 type serverSnap struct {
-	at   time.Time
-	cmds int64
-	cpu  float64
+	at     time.Time
+	cmds   int64
+	cpu    float64
+	script int64
 }
 
-// rates is what Redis did over a span: commands and CPU seconds, and the
-// span.
+// rates is what Redis did over a span: commands, CPU seconds and
+// microseconds in scripts, and the span.
 type rates struct {
 	cmds    int64
 	cpu     float64
+	script  int64
 	elapsed time.Duration
 }
 
 func (r rates) cmdsPerSec() float64 { return float64(r.cmds) / r.elapsed.Seconds() }
 func (r rates) cpuPerSec() float64  { return r.cpu / r.elapsed.Seconds() }
 
+func (r rates) scriptPerSec() float64 { return float64(r.script) / r.elapsed.Seconds() }
+
 func (s serverSnap) since(from serverSnap) rates {
-	return rates{cmds: s.cmds - from.cmds, cpu: s.cpu - from.cpu, elapsed: s.at.Sub(from.at)}
+	return rates{cmds: s.cmds - from.cmds, cpu: s.cpu - from.cpu, script: s.script - from.script, elapsed: s.at.Sub(from.at)}
+}
+
+// plus adds two spans up.
+func (r rates) plus(o rates) rates {
+	return rates{cmds: r.cmds + o.cmds, cpu: r.cpu + o.cpu, script: r.script + o.script, elapsed: r.elapsed + o.elapsed}
 }
 
 // snap reads Redis's counters from INFO.
 func snap(ctx context.Context, rdb *redis.Client) (serverSnap, error) {
-	info, err := rdb.Info(ctx, "stats", "cpu").Result()
+	info, err := rdb.Info(ctx, "stats", "cpu", "commandstats").Result()
 	if err != nil {
 		return serverSnap{}, err
 	}
-	s := serverSnap{at: time.Now()}
+	s := serverSnap{at: time.Now(), script: scriptTotalsOf(info).usec}
 	for _, line := range strings.Split(info, "\n") {
 		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok {
@@ -91,6 +101,12 @@ type fleetRow struct {
 	// the registry's writes) shared among such tasks (NaN without them).
 	tripsAtOnce, tripsBack float64
 	cmdsPerTask, cpuTask   float64 // idle rate taken out; CPU in µs
+	// scriptTask is the µs Redis spent running scripts a task (asynq's and
+	// the library's, the commands they run included), idle rate taken
+	// out: the fleet at rest runs few, so this is far steadier than
+	// cpuTask, which loses most of itself to the fleet's rate at rest at
+	// 24 processes.
+	scriptTask float64
 }
 
 func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
@@ -138,6 +154,8 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 	idleCPU := (r.idle.cpuPerSec() + r.idleAfter.cpuPerSec()) / 2 * r.runElapsed.Seconds()
 	row.cmdsPerTask = (float64(r.run.cmds) - idleCmds) / float64(r.tasks)
 	row.cpuTask = (r.run.cpu - idleCPU) / float64(r.tasks) * 1e6
+	idleScript := (r.idle.scriptPerSec() + r.idleAfter.scriptPerSec()) / 2 * r.runElapsed.Seconds()
+	row.scriptTask = (float64(r.run.script) - idleScript) / float64(r.tasks)
 	return row
 }
 
@@ -186,7 +204,7 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		}
 		return fmt.Sprintf(" (≤%d)", n)
 	}
-	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tof them the registry's\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\t\n")
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tof them the registry's\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\tµs in scripts/task\t\n")
 	two := func(v float64) string {
 		if math.IsNaN(v) {
 			return "—"
@@ -201,8 +219,8 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 				who, back = "plain asynq, back once", two(r.back)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n",
-			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, reg, back, once, sent, r.cmdsPerTask, r.cpuTask)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, reg, back, once, sent, r.cmdsPerTask, r.cpuTask, r.scriptTask)
 	}
 	_ = tw.Flush()
 }
