@@ -669,6 +669,15 @@ local notice = math.min(math.max(tonumber(ARGV[8]) or 0, 0), lead)
 local start = math.max(wait, notice)
 local slot_at = now + ceil_div(start, den) -- the meter's next start
 
+-- The room's V (see above): read at the call's first release, and written
+-- once, by write_v, before the call returns.
+local v
+local function write_v()
+  if v then
+    redis.call('HSET', KEYS[4], '', int(v))
+  end
+end
+
 -- release lets a waiter out with its start at start ticks from now; its
 -- flow's next waiter set aside, if any, takes its place in the room.
 local function release(id, info, flow, payload, tag, units)
@@ -677,8 +686,7 @@ local function release(id, info, flow, payload, tag, units)
   local end_us, end_ticks = instant_after(now, debt, den)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
-  local v = tonumber(redis.call('HGET', KEYS[4], '')) or 0
-  redis.call('HSET', KEYS[4], '', int(math.max(v, tag)))
+  v = math.max(v or tonumber(redis.call('HGET', KEYS[4], '')) or 0, tag)
   bring_back(R, flow)
   local booked, moved = 0, -1
   local p = prepared[id]
@@ -773,34 +781,45 @@ local function pick()
   local soonest, first = 0, nil
   for _ = 1, 4 do
     local aside = 0
-    local waiters = redis.call('ZRANGE', KEYS[2], 0, SCAN - 1)
-    for i = 1, #waiters do
-      local id = waiters[i]
-      local info = redis.call('HGET', KEYS[3], id)
-      if not info or string.sub(info, 1, 1) == '=' then
-        redis.call('ZREM', KEYS[2], id) -- left, expired, or released
-      else
-        local eligible, flow, payload, tag, units = parse_waiter(info)
-        local held_back = held_until(R, flow)
-        if held_back > horizon then
-          redis.call('ZREM', KEYS[2], id)
-          redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-          aside = aside + 1
+    local from, size, seen = 0, 4, 0
+    while from < SCAN and seen < SCAN do
+      local waiters = redis.call('ZRANGE', KEYS[2], from, from + size - 1)
+      local out = 0
+      seen = seen + #waiters
+      for i = 1, #waiters do
+        local id = waiters[i]
+        local info = redis.call('HGET', KEYS[3], id)
+        if not info or string.sub(info, 1, 1) == '=' then
+          redis.call('ZREM', KEYS[2], id) -- left, expired, or released
+          out = out + 1
         else
-          eligible = math.max(eligible, held_back)
-          if eligible <= slot_at then
-            local at, due = fits(units, start)
-            if not at then
-              return {0, due, now}
+          local eligible, flow, payload, tag, units = parse_waiter(info)
+          local held_back = held_until(R, flow)
+          if held_back > horizon then
+            redis.call('ZREM', KEYS[2], id)
+            redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+            aside, out = aside + 1, out + 1
+          else
+            eligible = math.max(eligible, held_back)
+            if eligible <= slot_at then
+              local at, due = fits(units, start)
+              if not at then
+                return {0, due, now}
+              end
+              start = at
+              return release(id, info, flow, payload, tag, units)
             end
-            start = at
-            return release(id, info, flow, payload, tag, units)
-          end
-          if soonest == 0 or eligible < soonest then
-            soonest, first = eligible, {id, info, flow, payload, tag, units}
+            if soonest == 0 or eligible < soonest then
+              soonest, first = eligible, {id, info, flow, payload, tag, units}
+            end
           end
         end
       end
+      if #waiters < size then
+        break
+      end
+      from = from + size - out
+      size = math.min(2 * size, SCAN - seen)
     end
     if aside == 0 or first then
       break
@@ -834,6 +853,7 @@ for _ = 1, most do
   local r = pick()
   if r == false then
     if #out == 0 then
+      write_v()
       return {0, now, now} -- a meter had no room: try again at once
     end
     break
@@ -869,6 +889,7 @@ for _ = 1, most do
   start = math.max(wait, notice)
   slot_at = now + ceil_div(start, den)
 end
+write_v()
 room_keep(R, tonumber(ARGV[7])) -- waiters were let out: the room outlives them
 -- The tasks go to the head of their queues latest slot first, so that the
 -- earliest is taken first.
