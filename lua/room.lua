@@ -298,6 +298,9 @@ local function pick()
   local soonest, first = 0, nil
   for _ = 1, 4 do
     local aside = 0
+    -- The room's first SCAN waiters, read a few at a time (the first is
+    -- most often the one let out): from, the next place to read, counts in
+    -- the room as it is now, those taken out of it on the way left out.
     local from, size, seen = 0, 4, 0
     while from < SCAN and seen < SCAN do
       local waiters = redis.call('ZRANGE', KEYS[2], from, from + size - 1)

@@ -141,9 +141,10 @@ end
 --          renew: ok = the lease was still held and now runs lease again
 --          wait: ok = acquired (the waiter leaves the line; or a release
 --            handed it the slot already); else (retry_after 0: a
---            waiter asks nothing of it) a sixth value, the waiters in line ahead of it (there or away), a
---            seventh, 1 when it had been called, and an eighth, 1 when it
---            parked, 2 when it parks as its budget runs out
+--            waiter asks nothing of it) a sixth value, the waiters in
+--            line ahead of it (there or away), a seventh, 1 when it had
+--            been called, and an eighth, 1 when it parked, 2 when it
+--            parks as its budget runs out
 --          leave: ok = it stood in line; the payloads of the waiters
 --            called follow, as for release
 --          reset_after_us: acquire, peek: until the last current lease
@@ -208,8 +209,8 @@ end
 
 -- line walks the first reach (default SCAN) places of the line from its
 -- head, a chunk of places a call (the first of first places, when the
--- caller knows how far it will go), dropping waiters whose entry expired, and
--- calls visit(id, way, payload, position, expiry) for each live one
+-- caller knows how far it will go), dropping waiters whose entry expired,
+-- and calls visit(id, way, payload, position, expiry) for each live one
 -- (position counts from 0) until visit returns true. Returns the live
 -- waiters seen (the last visited included). The waiter self (a wait's own)
 -- is visited as there, whatever its entry says: its entry is written after
