@@ -323,15 +323,15 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 		if err != nil {
 			return res, err
 		}
-		from, err := snap(ctx, admin)
-		if err != nil {
-			return res, err
-		}
 		var timesBefore scriptTimes
 		if profile {
 			if timesBefore, err = readScriptTimes(ctx, admin); err != nil {
 				return res, err
 			}
+		}
+		from, err := snap(ctx, admin)
+		if err != nil {
+			return res, err
 		}
 		if err := inspector.UnpauseQueue(fleetQueue); err != nil {
 			return res, err
