@@ -39,7 +39,7 @@ const profileKey = "jtprof"
 func timedScripts() (map[string]string, error) {
 	timed := map[string]string{}
 	add := func(fsys fs.FS, dir string) error {
-		names, err := fs.Glob(fsys, dir+"/*.lua")
+		names, err := fs.Glob(fsys, path.Join(dir, "*.lua"))
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -51,5 +53,22 @@ func TestTimedScriptsDecideAsTheScripts(t *testing.T) {
 	got := times["meter:0"]
 	if got.calls != 3 || got.us < 0 {
 		t.Fatalf("profile %v; want 3 calls of meter:0", times)
+	}
+}
+
+// TestTimedScriptsTakeTheWorkersToo: the worker's own scripts, read from
+// ../worker/lua/assembled, have timed copies too.
+func TestTimedScriptsTakeTheWorkersToo(t *testing.T) {
+	text, err := os.ReadFile("../worker/lua/assembled/lane_poll.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	timed, err := timedScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(text)
+	if _, ok := timed[hex.EncodeToString(sum[:])]; !ok {
+		t.Fatalf("no timed copy of lane_poll.lua among %d scripts", len(timed))
 	}
 }
