@@ -10,6 +10,7 @@ require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/jobthrottle/jobthrottle v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -19,7 +20,6 @@ require (
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package main
+
+import "errors"
+
+// pinProcess is supported on Linux only.
+func pinProcess(pid int, cpus []int) error {
+	return errors.New("-pin: binding processes to CPUs is supported on Linux only")
+}
