@@ -107,6 +107,10 @@ type fleetRow struct {
 	// cpuTask, which loses most of itself to the fleet's rate at rest at
 	// 24 processes.
 	scriptTask float64
+	// restShare is the part of Redis's CPU over the run that is the
+	// fleet's rate at rest, taken out of cpuTask: where it is most of the
+	// run's CPU, cpuTask moves with any error in that rate.
+	restShare float64
 }
 
 func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
@@ -154,6 +158,9 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 	idleCPU := (r.idle.cpuPerSec() + r.idleAfter.cpuPerSec()) / 2 * r.runElapsed.Seconds()
 	row.cmdsPerTask = (float64(r.run.cmds) - idleCmds) / float64(r.tasks)
 	row.cpuTask = (r.run.cpu - idleCPU) / float64(r.tasks) * 1e6
+	if r.run.cpu > 0 {
+		row.restShare = idleCPU / r.run.cpu
+	}
 	idleScript := (r.idle.scriptPerSec() + r.idleAfter.scriptPerSec()) / 2 * r.runElapsed.Seconds()
 	row.scriptTask = (float64(r.run.script) - idleScript) / float64(r.tasks)
 	return row
@@ -204,7 +211,7 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 		}
 		return fmt.Sprintf(" (≤%d)", n)
 	}
-	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tof them the registry's\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\tµs in scripts/task\t\n")
+	fmt.Fprintf(tw, "N\tfleet\ttasks\tper key/s\toverall/s\tmost in 1 s, a key\tmost in 1 s, all\tlibrary trips/task\tof them PINGs\tof them the registry's\twent back/task\ttrips, task not sent back\ttrips, task sent back\tRedis cmds/task\tRedis CPU µs/task\tof the run's CPU, at rest\tµs in scripts/task\t\n")
 	two := func(v float64) string {
 		if math.IsNaN(v) {
 			return "—"
@@ -219,8 +226,8 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 				who, back = "plain asynq, back once", two(r.back)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t\n",
-			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, reg, back, once, sent, r.cmdsPerTask, r.cpuTask, r.scriptTask)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%.1f\t%d%s\t%d%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f%%\t%.0f\t\n",
+			r.n, who, r.tasks, r.perKeyRate, r.overall, r.mostPerKey, allowed(sc.perKey), r.mostAll, allowed(sc.overall), trips, pings, reg, back, once, sent, r.cmdsPerTask, r.cpuTask, 100*r.restShare, r.scriptTask)
 	}
 	_ = tw.Flush()
 }
