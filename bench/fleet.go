@@ -43,7 +43,7 @@ func fleetMain(args []string) error {
 	oneClient := fs.Bool("one-client", false, "asynq, the Throttler and its limiters on one go-redis client per worker process, as a user sets them up; the library's round trips are then told apart from asynq's by their scripts and keys (see ofLibrary)")
 	batches := fs.Int("batches", 1, "times each fleet runs its scenario's tasks in a row, each batch enqueued once the last is done; Redis's work is added up over the batches (the enqueueing left out), so that more batches average out the fleet's own periodic work (asynq's heartbeats, its forwarder) that one short run catches by chance")
 	profile := fs.Bool("profile-scripts", false, "each worker process runs timed copies of the library's scripts, and each fleet's table is followed by the calls a task and the µs a call of each script and mode, timed inside Redis (a few µs a call high: the timing's own commands)")
-	pin := fs.Bool("pin", false, "give Redis (on this machine) a CPU of its own, CPU 0, and the worker processes the others, as a shared Redis runs on a machine of its own; Linux only")
+	pin := fs.Bool("pin", false, "give Redis (on this machine) a CPU of its own, the first the benchmark may use, and the worker processes the others, as a shared Redis runs on a machine of its own; Linux only")
 	warm := fs.Bool("warm", false, "each worker process opens 16 connections of each of its clients before it is watched at rest, as a process that has run a while has them; otherwise the pools grow as the tasks come, and each connection's set-up (about 100 µs of Redis CPU) counts against the tasks")
 	_ = fs.Parse(args)
 	var childEnv []string

@@ -36,3 +36,18 @@ func pinProcess(pid int, cpus []int) error {
 	}
 	return nil
 }
+
+// allowedCPUs returns the CPUs this process may run on, in order.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, err
+	}
+	var cpus []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
