@@ -119,13 +119,20 @@ func TestClaimAllEntersTheRoom(t *testing.T) {
 			}
 			// A dispatcher takes the room's lease: the next to enter learns
 			// who holds it and till when, so that its process need not ask.
+			// (A release that leaves the room empty ends its lease: one
+			// waiter stays.)
+			for _, w := range []string{"w3", "w4"} {
+				if got := claim(w); !got.Entered {
+					t.Fatalf("%s: %+v; want it in the room", w, got)
+				}
+			}
 			a := workergate.Dispatcher{ID: "a", Lease: 5 * time.Second}
-			if _, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, a, workergate.Batch{}); err != nil {
-				t.Fatal(err)
+			if rel, err := workergate.Release(ctx, overall, "all", 1, time.Second, 0, nil, a, workergate.Batch{}); err != nil || !rel.OK || rel.Waiter != "w3" {
+				t.Fatalf("a's release: %+v, %v; want w3 let out", rel, err)
 			}
 			want := workergate.RoomLease{Holder: "a", Until: clock.Now().Add(a.Lease)}
-			if got := claim("w3"); !got.Entered || got.Lease.Holder != want.Holder || !got.Lease.Until.Equal(want.Until) {
-				t.Fatalf("third, after a's release: %+v; want it in the room, told of %+v", got, want)
+			if got := claim("w5"); !got.Entered || got.Lease.Holder != want.Holder || !got.Lease.Until.Equal(want.Until) {
+				t.Fatalf("fifth, after a's release: %+v; want it in the room, told of %+v", got, want)
 			}
 		})
 	}

@@ -224,6 +224,51 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	}
 }
 
+// TestAnEmptyRoomEndsItsLease: the holder's release that finds the room
+// empty ends its lease, so that a waiter entering next hears that nobody
+// holds it and another dispatcher lets it out at once, rather than after
+// the lease would have run out (a fleet's next burst waited that long).
+func TestAnEmptyRoomEndsItsLease(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	ctx := context.Background()
+	a := workergate.Dispatcher{ID: "a", Lease: 5 * time.Second}
+	b := workergate.Dispatcher{ID: "b", Lease: 5 * time.Second}
+	release := func(d workergate.Dispatcher) workergate.Released {
+		t.Helper()
+		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, workergate.Batch{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	if _, _, err := workergate.EnterRoom(ctx, l, "all", "w0", "f", 0, 1, 0, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if rel := release(a); !rel.OK || rel.Elsewhere {
+		t.Fatalf("a's first release: %+v; want w0 let out", rel)
+	}
+	clock.Advance(time.Second)
+	if rel := release(a); rel.OK || rel.Elsewhere || !rel.Due.IsZero() {
+		t.Fatalf("a's release of the empty room: %+v; want nobody, no turn to come", rel)
+	}
+	clock.Advance(time.Second) // a's lease, had it stood, would last 4 s more
+	_, lease, err := workergate.EnterRoom(ctx, l, "all", "w1", "f", 0, 1, 0, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Holder != "" {
+		t.Fatalf("w1 entered a room whose lease %q holds till %s; want nobody holding it", lease.Holder, lease.Until)
+	}
+	if rel := release(b); !rel.OK || rel.Elsewhere || rel.Waiter != "w1" {
+		t.Fatalf("b's release after w1 entered: %+v; want w1 let out", rel)
+	}
+	if rel := release(a); rel.OK || !rel.Elsewhere {
+		t.Fatalf("a once b holds the lease: %+v; want nothing, Elsewhere", rel)
+	}
+}
+
 // TestReleaseLetsSeveralOutInOneCall: with a batch, one release lets out
 // the waiters it was prepared for while their starts fall within the lead
 // and the window after it, up to the most asked, each at its own slot on

@@ -20,9 +20,9 @@ import (
 // turns it knows of: those of the tasks it sent back itself and of the
 // rooms it put waiters in. One dispatcher of the fleet at a time lets a
 // room's waiters out: the one holding the room's lease, which each of its
-// releases renews (dispatcherLease). The others look again when the lease
-// ends, and take the room over if its holder has stopped; a Throttler
-// closed gives its leases up. If every process stops, asynq's own retry
+// releases renews (dispatcherLease) and the release that finds the room
+// empty ends. The others look again when the lease ends, and take the room
+// over if its holder has stopped; a Throttler closed gives its leases up. If every process stops, asynq's own retry
 // brings their tasks back a little late, at the tail of their queues, and
 // a room's turns are taken up again when one of its waiters comes back so
 // (see wait).
@@ -102,9 +102,9 @@ type dispatcher struct {
 }
 
 // dispatcherLease is how long a dispatcher keeps a room's lease after its
-// last release: the longest a room waits for another dispatcher when its
-// holder stops without Close; the other dispatchers with waiters in the
-// room look once per lease.
+// last release (unless that release found the room empty): the longest a
+// room waits for another dispatcher when its holder stops without Close;
+// the other dispatchers with waiters in the room look once per lease.
 const dispatcherLease = 5 * time.Second
 
 type roomID struct {

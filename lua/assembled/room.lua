@@ -551,7 +551,8 @@ end
 --          its start goes unused; ARGV[9] the dispatcher's ID (empty: no
 --          lease is asked), ARGV[10] how long its lease lasts, us: a
 --          release by another dispatcher while the lease lasts releases
---          nothing, and each release of the holder renews it;
+--          nothing, each release of the holder renews it, and one that
+--          finds the room empty ends it;
 --          ARGV[11] K, the waiters prepared for, ARGV[12] now in Unix ns
 --          (for asynq), ARGV[13] the window: how much further than the
 --          lead the starts of waiters let out after the first in the same
@@ -633,6 +634,16 @@ if owner ~= '' then
   end
   redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
 end
+
+-- emptied returns what a release of an empty room returns, and gives up
+-- the lease this call holds: the dispatcher of the next waiter to enter
+-- lets it out at its turn, without waiting for the lease to run out.
+local function emptied()
+  if owner ~= '' then
+    redis.call('DEL', KEYS[8])
+  end
+  return {0, 0, now}
+end
 local n, burst, per_unit, den = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
 local base_lead = lead -- the first release's; those after it in one call reach a window further
@@ -661,7 +672,7 @@ local debt = math.max(ticks_until(KEYS[1], now, per_unit, den, instants[1]), tic
 local wait = debt + cost - tolerance
 if wait > lead then
   if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
-    return {0, 0, now}
+    return emptied()
   end
   return {0, now + ceil_div(wait - lead, den), now}
 end
@@ -841,7 +852,7 @@ local function pick()
   end
   if soonest == 0 then
     if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
-      return {0, 0, now}
+      return emptied()
     end
     soonest = now + 1000 -- only released or expired waiters were looked at
   end
