@@ -179,14 +179,7 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	}
 	a := workergate.Dispatcher{ID: "a", Lease: 2 * time.Second}
 	b := workergate.Dispatcher{ID: "b", Lease: 2 * time.Second}
-	release := func(d workergate.Dispatcher) workergate.Released {
-		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, workergate.Batch{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rel
-	}
+	release := func(d workergate.Dispatcher) workergate.Released { t.Helper(); return releaseAs(t, l, d) }
 	if rel := release(a); !rel.OK || rel.Elsewhere {
 		t.Fatalf("a's first release: %+v; want a waiter let out", rel)
 	}
@@ -224,6 +217,17 @@ func TestOneDispatcherLetsARoomsWaitersOut(t *testing.T) {
 	}
 }
 
+// releaseAs lets the next waiter of l's room for key "all" out as
+// dispatcher d, within a lead of 1 s, failing t on an error.
+func releaseAs(t *testing.T, l *throttle.Limiter, d workergate.Dispatcher) workergate.Released {
+	t.Helper()
+	rel, err := workergate.Release(context.Background(), l, "all", 1, time.Second, 0, nil, d, workergate.Batch{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
 // TestAnEmptyRoomEndsItsLease: the holder's release that finds the room
 // empty ends its lease, so that a waiter entering next hears that nobody
 // holds it and another dispatcher lets it out at once, rather than after
@@ -235,14 +239,7 @@ func TestAnEmptyRoomEndsItsLease(t *testing.T) {
 	ctx := context.Background()
 	a := workergate.Dispatcher{ID: "a", Lease: 5 * time.Second}
 	b := workergate.Dispatcher{ID: "b", Lease: 5 * time.Second}
-	release := func(d workergate.Dispatcher) workergate.Released {
-		t.Helper()
-		rel, err := workergate.Release(ctx, l, "all", 1, time.Second, 0, nil, d, workergate.Batch{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rel
-	}
+	release := func(d workergate.Dispatcher) workergate.Released { t.Helper(); return releaseAs(t, l, d) }
 	if _, _, err := workergate.EnterRoom(ctx, l, "all", "w0", "f", 0, 1, 0, "p"); err != nil {
 		t.Fatal(err)
 	}
