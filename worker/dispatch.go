@@ -22,10 +22,10 @@ import (
 // room's waiters out: the one holding the room's lease, which each of its
 // releases renews (dispatcherLease) and the release that finds the room
 // empty ends. The others look again when the lease ends, and take the room
-// over if its holder has stopped; a Throttler closed gives its leases up. If every process stops, asynq's own retry
-// brings their tasks back a little late, at the tail of their queues, and
-// a room's turns are taken up again when one of its waiters comes back so
-// (see wait).
+// over if its holder has stopped; a Throttler closed gives its leases up.
+// If every process stops, asynq's own retry brings their tasks back a
+// little late, at the tail of their queues, and a room's turns are taken
+// up again when one of its waiters comes back so (see wait).
 
 // turn is one thing the dispatcher does at a time: move a task of a lane,
 // or let waiters out of a room.
