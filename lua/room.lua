@@ -152,10 +152,14 @@ if owner ~= '' then
   redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
 end
 
--- emptied returns what a release of an empty room returns, and gives up
--- the lease this call holds: the dispatcher of the next waiter to enter
--- lets it out at its turn, without waiting for the lease to run out.
+-- emptied returns, when the room is empty (nobody in it or set aside),
+-- what a release of it returns, having given up the lease this call holds:
+-- the dispatcher of the next waiter to enter lets it out at its turn,
+-- without waiting for the lease to run out. It returns nil otherwise.
 local function emptied()
+  if redis.call('ZCARD', KEYS[2]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
+    return nil
+  end
   if owner ~= '' then
     redis.call('DEL', KEYS[8])
   end
@@ -188,10 +192,7 @@ local debt = math.max(ticks_until(KEYS[1], now, per_unit, den, instants[1]), tic
 -- The next start the meter admits comes after wait ticks.
 local wait = debt + cost - tolerance
 if wait > lead then
-  if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
-    return emptied()
-  end
-  return {0, now + ceil_div(wait - lead, den), now}
+  return emptied() or {0, now + ceil_div(wait - lead, den), now}
 end
 local notice = math.min(math.max(tonumber(ARGV[8]) or 0, 0), lead)
 local start = math.max(wait, notice)
@@ -368,8 +369,9 @@ local function pick()
     soonest = next_hold
   end
   if soonest == 0 then
-    if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[6]) == 0 then
-      return emptied()
+    local empty = emptied()
+    if empty then
+      return empty
     end
     soonest = now + 1000 -- only released or expired waiters were looked at
   end
