@@ -210,13 +210,12 @@ type fleetResult struct {
 	// byTask is each task's library round trips, made with its handler's
 	// context, over every process; sentBack the tasks sent back at least
 	// once.
-	byTask     map[string]int64
-	sentBack   map[string]bool
-	base       rates // Redis with no worker process
-	idle       rates // the fleet at rest
-	idleAfter  rates // the fleet at rest again, its tasks done
-	run        rates // the fleet at work
-	runElapsed time.Duration
+	byTask    map[string]int64
+	sentBack  map[string]bool
+	base      rates // Redis with no worker process
+	idle      rates // the fleet at rest
+	idleAfter rates // the fleet at rest again, its tasks done
+	run       rates // the fleet at work
 }
 
 // runFleet starts n worker processes of sc (plain: without the
@@ -387,7 +386,6 @@ func runFleet(ctx context.Context, admin *redis.Client, addr string, sc scenario
 	if res.byTask, res.sentBack, err = tasksOf(stdins, events, n); err != nil {
 		return res, err
 	}
-	res.runElapsed = res.run.elapsed
 	return res, nil
 }
 

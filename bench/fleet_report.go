@@ -152,17 +152,19 @@ func (r fleetResult) row(sc scenario, n int, plain bool) fleetRow {
 		}
 		row.perKeyRate += sum / float64(max(1, len(byKey))) / float64(len(r.batches))
 	}
-	// The fleet's rate at rest: the mean of the spans before and after the
-	// tasks, which differ by up to a tenth from one span to the next.
-	idleCmds := (r.idle.cmdsPerSec() + r.idleAfter.cmdsPerSec()) / 2 * r.runElapsed.Seconds()
-	idleCPU := (r.idle.cpuPerSec() + r.idleAfter.cpuPerSec()) / 2 * r.runElapsed.Seconds()
-	row.cmdsPerTask = (float64(r.run.cmds) - idleCmds) / float64(r.tasks)
+	// What the fleet at rest would have done over the run: its rate, the
+	// mean of the spans before and after the tasks (which differ by up to
+	// a tenth from one span to the next), over the run's length.
+	atRest := func(rate func(rates) float64) float64 {
+		return (rate(r.idle) + rate(r.idleAfter)) / 2 * r.run.elapsed.Seconds()
+	}
+	idleCPU := atRest(rates.cpuPerSec)
+	row.cmdsPerTask = (float64(r.run.cmds) - atRest(rates.cmdsPerSec)) / float64(r.tasks)
 	row.cpuTask = (r.run.cpu - idleCPU) / float64(r.tasks) * 1e6
 	if r.run.cpu > 0 {
 		row.restShare = idleCPU / r.run.cpu
 	}
-	idleScript := (r.idle.scriptPerSec() + r.idleAfter.scriptPerSec()) / 2 * r.runElapsed.Seconds()
-	row.scriptTask = (float64(r.run.script) - idleScript) / float64(r.tasks)
+	row.scriptTask = (float64(r.run.script) - atRest(rates.scriptPerSec)) / float64(r.tasks)
 	return row
 }
 

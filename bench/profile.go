@@ -22,11 +22,12 @@ import (
 // every library script in place of the script itself, and the benchmark
 // prints, per script and mode (its first argument), the calls a task and
 // the time a call spent inside Redis, as the scripts' own TIME reads saw
-// it ("-" for a script whose first argument is no mode). A timed copy wraps the script in a function, reads TIME before and
-// after it, and adds the difference and a call to two fields of the hash
-// profileKey: two TIME and two HINCRBY more a call, a few µs, so the times
-// are a little high. It finds where a task's Redis time goes, script by
-// script, which INFO cannot tell apart.
+// it ("-" for a script whose first argument is no mode). A timed copy
+// wraps the script in a function, reads TIME before and after it, and
+// adds the difference and a call to two fields of the hash profileKey:
+// two TIME and two HINCRBY more a call, a few µs, so the times are a
+// little high. It finds where a task's Redis time goes, script by script,
+// which INFO cannot tell apart.
 
 // profileKey is the hash the timed scripts add to: "<script>:<mode>:us"
 // and "<script>:<mode>:n".
