@@ -127,7 +127,7 @@ func deadRedis(t *testing.T) redis.UniversalClient {
 
 func TestTrustedProxies(t *testing.T) {
 	tg := redistest.Embedded(t)
-	limiter, _ := throttle.New(tg.Client, "limiter", throttle.FixedWindow{Limit: 1, Window: time.Hour}, throttle.WithPrefix(tg.Prefix))
+	limiter, _ := throttle.New(tg.Client, "limiter", throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow}, throttle.WithPrefix(tg.Prefix))
 	send := func(h http.Handler, remote, xff string) int {
 		req := httptest.NewRequest(http.MethodGet, "http://api.example/", nil)
 		req.RemoteAddr = remote

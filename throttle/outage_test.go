@@ -233,8 +233,8 @@ func TestReliabilityScriptFlush(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	tg := srv.Target(t)
 	const limit = 1_000_000
-	single := newLimiter(t, tg, throttle.FixedWindow{Limit: limit, Window: time.Hour}, throttle.WithCoalescing(0))
-	shared := newLimiter(t, tg, throttle.FixedWindow{Limit: limit, Window: time.Hour})
+	single := newLimiter(t, tg, throttle.FixedWindow{Limit: limit, Window: redistest.FarWindow}, throttle.WithCoalescing(0))
+	shared := newLimiter(t, tg, throttle.FixedWindow{Limit: limit, Window: redistest.FarWindow})
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var flushes atomic.Int64

@@ -77,11 +77,11 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 		want  []string // "kind rule" of events that must be among those seen
 	}{
 		{"rescheduled by a named rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"rescheduled by an unnamed rate limiter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			l := rateLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 			return []worker.Rule{worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType()))}, map[string]string{"hourly": l.Name()}, nil
 		}, 2, []string{"admitted ", "rescheduled hourly"}},
 		{"waited inline for a meter", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
@@ -108,7 +108,7 @@ func TestEventsNameTheRulesLimiter(t *testing.T) {
 				[]worker.Option{worker.WithInlineWait(0)}
 		}, 1, []string{"rescheduled capped"}},
 		{"a rate rule and a concurrency rule", func(t *testing.T, tg *redistest.Target) ([]worker.Rule, map[string]string, []worker.Option) {
-			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 2, Lease: time.Minute})
 			return []worker.Rule{
 					worker.Rate("hourly", worker.AnyTask(), l, worker.KeyBy(worker.ByType())),
@@ -160,7 +160,7 @@ func TestWorkerObserversGivenMoreThanOnce(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("%d observers", n), func(t *testing.T) {
 			tg := redistest.New(t)
-			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: time.Hour})
+			l := namedRateLimiter(t, tg, "partner-api", throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 			c := namedConcLimiter(t, tg, "pool", throttle.Concurrency{Limit: 2, Lease: time.Minute})
 			log := &observetest.Log[worker.Event]{}
 			var opts []worker.Option

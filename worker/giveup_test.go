@@ -50,16 +50,11 @@ func waitState(t *testing.T, f *asynqtest.Fleet, id string, want asynq.TaskState
 	}
 }
 
-// farWindow is a window that does not turn while a test runs: windows are
-// aligned to the Unix epoch, and an hour's turned at the whole hour (a run
-// at 06:59:47 saw its throttled task due back in 12 s, not an hour).
-const farWindow = 10 * 365 * 24 * time.Hour
-
 // TestThrottlingUsesNoRetries: a task throttled again and again keeps its
 // whole retry budget and is not counted as failed.
 func TestThrottlingUsesNoRetries(t *testing.T) {
 	tg := redistest.New(t)
-	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{worker.Rate("hourly", worker.AnyTask(), limiter, worker.KeyBy(worker.ByType()))})
 	var log asynqtest.RunLog
 	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
@@ -93,7 +88,7 @@ func TestThrottlingUsesNoRetries(t *testing.T) {
 // archives it, with a *GaveUpError message, on the third throttle.
 func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	tg := redistest.New(t)
-	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: farWindow})
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 	var seen asynqtest.Events
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
 		worker.Rate("hourly", worker.AnyTask(), limiter, worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 2}), worker.KeyBy(worker.ByType())),

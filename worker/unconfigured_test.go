@@ -31,7 +31,7 @@ const recordedWithin = 30 * time.Second
 // Observer sees an Unconfigured event for each, and one Error names the fix.
 func TestMissingConfigureIsLoud(t *testing.T) {
 	tg := redistest.New(t)
-	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: time.Hour})
+	limiter := asynqtest.NewLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow})
 	var events asynqtest.Events
 	logs := &logRecorder{}
 	th := asynqtest.NewThrottler(t, tg, []worker.Rule{

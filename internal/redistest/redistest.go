@@ -23,6 +23,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// FarWindow is a fixed window's length that does not turn while a test
+// runs. Fixed windows are aligned to the Unix epoch, so an hour's window
+// turns at every whole hour of the wall clock: a test that counts what one
+// window admits, run across 09:00:00, saw two windows' worth.
+const FarWindow = 10 * 365 * 24 * time.Hour
+
 // Target is one test's Redis: a client, and the miniredis behind it when it
 // is embedded.
 type Target struct {
