@@ -137,6 +137,23 @@ if mode == 4 then
   return {0, now}
 end
 
+if mode == 2 then
+  local id = ARGV[2]
+  local info = redis.call('HGET', KEYS[3], id)
+  local was_in_room = redis.call('ZREM', KEYS[2], id)
+  if info then
+    if string.sub(info, 1, 1) == '=' then -- let out: its waiting form follows the release's end
+      info = string.sub(info, string.find(info, '|', 1, true) + 1)
+    end
+    local _, flow, _, tag = parse_waiter(info)
+    redis.call('ZREM', KEYS[6], aside_member(flow, tag, id))
+    if was_in_room == 1 and held_until(R, flow) <= now then
+      bring_back(R, flow) -- its flow's next waiter set aside takes its place
+    end
+  end
+  return {redis.call('HDEL', KEYS[3], id), now}
+end
+
 if mode == 3 then
   return {put_back(R, KEYS[1], now, ARGV[2], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]),
     tonumber(ARGV[5]), tonumber(ARGV[10]), tonumber(ARGV[11])), now}

@@ -161,6 +161,61 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	}
 }
 
+// TestLeavingARoom: a waiter that leaves (its task given up on) is never
+// let out: the next release lets out the one behind it. A waiter set aside
+// leaves as well, and so does one let out that nobody came for; leaving
+// twice, or a room one never entered, is no error.
+func TestLeavingARoom(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	enter := func(id, flow string) int {
+		t.Helper()
+		size, _, err := workergate.EnterRoom(ctx, l, "all", id, flow, 1, 1, 0, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return size
+	}
+	leave := func(id string) {
+		t.Helper()
+		if err := workergate.LeaveRoom(ctx, l, "all", id); err != nil {
+			t.Fatalf("LeaveRoom(%s): %v", id, err)
+		}
+	}
+	release := func(holds ...workergate.Hold) workergate.Released {
+		t.Helper()
+		rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, holds, workergate.Dispatcher{}, workergate.Batch{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	for i := range 3 {
+		enter("a"+itoa(i), "a")
+	}
+	leave("a0")
+	if rel := release(); !rel.OK || rel.Waiter != "a1" {
+		t.Fatalf("the release after a0 left: %+v; want a1", rel)
+	}
+	leave("a1") // let out, and nobody came for it
+	leave("a1")
+	leave("nobody")
+	if size := enter("b0", "b"); size != 2 {
+		t.Fatalf("%d waiters after b0 entered; want 2 (a2, b0)", size)
+	}
+	clock.Advance(time.Second)
+	if rel := release(workergate.Hold{Flow: "b", Until: clock.Now().Add(10 * time.Second)}); !rel.OK || rel.Waiter != "a2" {
+		t.Fatalf("the release with flow b held: %+v; want a2", rel)
+	}
+	enter("b1", "b") // set aside behind b0: its flow is held
+	leave("b0")
+	if size := enter("c0", "c"); size != 2 {
+		t.Fatalf("%d waiters after b0 left and c0 entered; want 2 (b1 set aside, c0)", size)
+	}
+}
+
 // TestOneDispatcherLetsARoomsWaitersOut: a release by a dispatcher takes
 // the room's lease; another dispatcher's release then lets nobody out and
 // says when the lease ends (the lease's length after the holder's last

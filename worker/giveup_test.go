@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/asynqtest"
+	"github.com/jobthrottle/jobthrottle/internal/gate"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
@@ -112,5 +113,33 @@ func TestGiveUpArchivesWithAClearError(t *testing.T) {
 	}
 	if log.Count() != 1 {
 		t.Fatalf("%d runs, want only the first task's", log.Count())
+	}
+}
+
+// TestGivingUpLeavesTheWaitingRoom: a task given up on while it waits in a
+// waiting room leaves it, so that the room lets nobody out for a task that
+// is gone (its slot would go unused): once it is archived, the room holds
+// only the one waiter put in after it.
+func TestGivingUpLeavesTheWaitingRoom(t *testing.T) {
+	tg := redistest.New(t)
+	limiter := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Rate("overall", worker.AnyTask(), limiter, worker.KeyBy(worker.Constant("all")), worker.FairBy(worker.ByType()),
+			worker.GiveUp(worker.GiveUpPolicy{MaxThrottles: 1})),
+	})
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
+	f.Enqueue(t, "sync", nil)
+	f.WaitDone(t, &log, 1, 10*time.Second) // it takes the hour's only start
+	doomed := f.Enqueue(t, "sync", nil)
+	if info := bringBack(t, f, doomed); info.State != asynq.TaskStateArchived {
+		t.Fatalf("throttled twice with MaxThrottles 1: state %v, last error %q", info.State, info.LastErr)
+	}
+	size, _, err := gate.EnterRoom(context.Background(), limiter, "all", "probe", "sync", 1, 1, 0, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != 1 {
+		t.Fatalf("the room holds %d waiters after the probe entered; want 1: the task given up on left it", size)
 	}
 }
