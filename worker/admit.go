@@ -35,7 +35,7 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 					p.giveBack(ctx)
 					return nil, err
 				}
-				waitedFor = p.waitingFor()
+				_, waitedFor = p.latest()
 			}
 			t.observeAdmitted(ctx, tk, p, slept+p.delay, waitedFor)
 			return p, nil
@@ -93,33 +93,16 @@ func (t *Throttler) inlineBudget(ctx context.Context, tk *task, started time.Tim
 }
 
 func (t *Throttler) observeAdmitted(ctx context.Context, tk *task, p *pass, waited time.Duration, waitedFor cause) {
+	slot, _ := p.latest()
 	switch {
 	case p.degraded:
 		t.observe(ctx, Event{Kind: Degraded, TaskID: tk.id, TaskType: tk.Type(), Delay: waited})
 	case waited > 0:
-		t.observe(ctx, Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: p.slot()})
+		t.observe(ctx, Event{Kind: WaitedInline, TaskID: tk.id, TaskType: tk.Type(), Rule: waitedFor.rule, Key: waitedFor.key, Delay: waited, Slot: slot})
 	default:
-		t.observe(ctx, Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: p.slot()})
+		t.observe(ctx, Event{Kind: Admitted, TaskID: tk.id, TaskType: tk.Type(), Slot: slot})
 	}
 }
 
 // cause names the rule, and the task's key in it, that made a task wait.
 type cause struct{ rule, key string }
-
-// waitingFor returns the cause of the pass's wait: the rule and key of its
-// start that comes last.
-func (p *pass) waitingFor() cause {
-	var latest cause
-	var at time.Time
-	for _, s := range p.starts {
-		if latest.rule == "" || s.At.After(at) {
-			latest, at = cause{s.rule.name, s.key}, s.At
-		}
-	}
-	for _, c := range p.claims {
-		if latest.rule == "" || c.Slot.After(at) {
-			latest, at = cause{c.rule.name, c.key}, c.Slot
-		}
-	}
-	return latest
-}

@@ -124,14 +124,6 @@ const releasedGoneLooks = 50
 // due sooner keeps its turn.
 func (t *Throttler) at(tn turn) { t.turnAt(0, tn) }
 
-// roomTurn queues a room's turn at, for a waiter that entered it; a turn
-// already queued less than a second later is kept (its meter has no room
-// before it, typically): only a turn far off (a flow held back, a block)
-// gives way.
-func (t *Throttler) roomTurn(rule *Rule, key string, at time.Time) {
-	t.turnAt(time.Second, turn{at: at, rule: rule, key: key})
-}
-
 // turnAt queues tns at once, in their order (a nanosecond apart, however
 // the heap breaks ties), and wakes the loop when one of them is the
 // soonest. A room's turn gives way to one already queued no later than

@@ -73,10 +73,9 @@ type refusal struct {
 	// leadWait: entering a room (how), the task waits for another meter
 	// too, which has no room for this long.
 	leadWait time.Duration
-	// ahead: parking in a cap's line (how), how many waited before it;
-	// parked: the line parked it (at once, or as its budget ran out);
-	// false only where nothing could call it back (see Throttler.parking).
-	ahead  int
+	// parked: parking in a cap's line (how), the line parked it (at once,
+	// or as its budget ran out); false only where nothing could call it
+	// back (see Throttler.parking).
 	parked bool
 	// entered: entering a room (how), the task's claim put it there
 	// already, with waiters in the room then.
@@ -194,7 +193,6 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 		return p
 	}
 	p := &pass{}
-	refuse := p.refuser(ctx)
 	// Concurrency caps: the task waits in the cap's line, inline for as long
 	// as its budget allows (woken as soon as a slot is freed for it), and
 	// parks beyond that (see parkInLine).
@@ -203,12 +201,12 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 		if r.conc == nil {
 			continue
 		}
-		got, ahead, parked, err := gate.CapWait(ctx, r.conc, tk.keys[i], tk.waiterID(), budget-time.Since(started), t.parking(tk))
+		got, _, parked, err := gate.CapWait(ctx, r.conc, tk.keys[i], tk.waiterID(), budget-time.Since(started), t.parking(tk))
 		if err != nil {
-			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
+			return p.refuse(ctx, r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
 		if got == nil {
-			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, ahead: ahead, parked: parked}
+			p.refused = &refusal{rule: r, key: tk.keys[i], how: parkInLine, parked: parked}
 			p.giveBack(ctx)
 			return p
 		}
@@ -223,10 +221,10 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 		}
 		res, err := r.limiter.Reserve(ctx, tk.keys[i], tk.costs[i], 0)
 		if err != nil {
-			return refuse(r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
+			return p.refuse(ctx, r, tk.keys[i], unavailableBackoff, waitOrRetry, err)
 		}
 		if !res.OK {
-			return refuse(r, tk.keys[i], res.RetryAfter, waitOrRetry, nil)
+			return p.refuse(ctx, r, tk.keys[i], res.RetryAfter, waitOrRetry, nil)
 		}
 		p.windows = append(p.windows, booking{res, r, tk.keys[i]})
 		p.degraded = p.degraded || res.Degraded
@@ -234,23 +232,20 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 	return t.meterPass(ctx, p, tk, rules, roles, budget, true)
 }
 
-// refuser returns the function that refuses the pass: it gives back what
-// the pass took and records why.
-func (p *pass) refuser(ctx context.Context) func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
-	return func(r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
-		p.giveBack(ctx)
-		p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
-		return p
-	}
+// refuse refuses the pass: it gives back what the pass took and records
+// why.
+func (p *pass) refuse(ctx context.Context, r *Rule, key string, retryAfter time.Duration, how int, err error) *pass {
+	p.giveBack(ctx)
+	p.refused = &refusal{rule: r, key: key, retryAfter: retryAfter, how: how, err: err}
+	return p
 }
 
 // meterPass starts the task on its meter rules, if it has any, into p.
 // With enter, a task refused by a room's meter enters the room in the
 // same call.
 func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, budget time.Duration, enter bool) *pass {
-	refuse := p.refuser(ctx)
 	if room := slices.Index(roles, roomMeter); room >= 0 {
-		return t.startInRoom(ctx, p, tk, rules, roles, room, budget, refuse, enter)
+		return t.startInRoom(ctx, p, tk, rules, roles, room, budget, enter)
 	}
 	lead := slices.Index(roles, leadMeter)
 	if lead < 0 {
@@ -272,15 +267,15 @@ func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*R
 	s, err := gate.StartOn(ctx, r.limiter, req)
 	switch {
 	case err != nil:
-		return refuse(r, key, unavailableBackoff, waitOrRetry, err)
+		return p.refuse(ctx, r, key, unavailableBackoff, waitOrRetry, err)
 	case s.Status == gate.TooLate || s.Status == gate.Booked:
-		p = refuse(r, key, s.Wait, comeBack, nil)
+		p = p.refuse(ctx, r, key, s.Wait, comeBack, nil)
 		p.refused.lane = s.Lane
 		return p
 	case s.Status != gate.Admitted:
 		// Beyond BookAhead, or outside an asynq server (no ticket): come
 		// back when the meter could have room.
-		return refuse(r, key, s.Wait, waitOrRetry, nil)
+		return p.refuse(ctx, r, key, s.Wait, waitOrRetry, nil)
 	}
 	p.starts = append(p.starts, start{s, r, key, req.N, req.Held, req.Ticket})
 	p.delay = s.Wait
@@ -295,8 +290,7 @@ func (t *Throttler) meterPass(ctx context.Context, p *pass, tk *task, rules []*R
 // next start within its budget when nobody waits in the room, and room its
 // along meters have then; otherwise it waits in the room: all capacity to
 // come is handed out by the room, in its order.
-func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration,
-	refuse func(*Rule, string, time.Duration, int, error) *pass, enter bool) *pass {
+func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []*Rule, roles []int, room int, budget time.Duration, enter bool) *pass {
 	roomRule, roomKey := rules[room], tk.keys[room]
 	parts := []gate.ClaimPart{{Limiter: roomRule.limiter, Req: gate.ClaimRequest{
 		Key: roomKey, N: tk.costs[room], Held: gate.HeldByRoom, Ticket: tk.waiterID(), MaxWait: budget, Grace: punctualGrace}}}
@@ -325,7 +319,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	}
 	got, err := gate.ClaimAll(ctx, parts, entry)
 	if err != nil {
-		return refuse(roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
+		return p.refuse(ctx, roomRule, roomKey, unavailableBackoff, waitOrRetry, err)
 	}
 	defer func() {
 		if r := p.refused; r != nil && r.how == enterRoom && got.Entered {
@@ -346,7 +340,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 	case c.Status != gate.Admitted && c.Status != gate.Taken:
 		// Others wait in the room, or no start within the budget: the room
 		// decides.
-		return refuse(roomRule, roomKey, 0, enterRoom, nil)
+		return p.refuse(ctx, roomRule, roomKey, 0, enterRoom, nil)
 	}
 	last := claims[len(claims)-1]
 	if len(claims) == len(parts) && (last.Status == gate.Admitted || last.Status == gate.Taken) {
@@ -366,7 +360,7 @@ func (t *Throttler) startInRoom(ctx context.Context, p *pass, tk *task, rules []
 		// was lost): the release is given back to the task, which asks
 		// again when the meter has room; by then its slot has passed, and
 		// it waits in the room again.
-		return refuse(rules[i], tk.keys[i], wait, waitOrRetry, nil)
+		return p.refuse(ctx, rules[i], tk.keys[i], wait, waitOrRetry, nil)
 	}
 	// Wait in the room, not to be let out before this meter has room.
 	p.giveBack(ctx)
@@ -390,22 +384,24 @@ type claimed struct {
 	ticket string
 }
 
-// slot returns when the pass's turn comes on the Redis server's clock: its
-// meters' common start; zero when it has none (a pass of concurrency caps
-// and windows only, or one let through degraded).
-func (p *pass) slot() time.Time {
+// latest returns when the pass's turn comes on the Redis server's clock,
+// its meters' common start, and the rule and key of the start that comes
+// last: the cause of its wait. Zero when it has none (a pass of
+// concurrency caps and windows only, or one let through degraded).
+func (p *pass) latest() (time.Time, cause) {
 	var slot time.Time
+	var last cause
 	for _, s := range p.starts {
-		if s.At.After(slot) {
-			slot = s.At
+		if last.rule == "" || s.At.After(slot) {
+			slot, last = s.At, cause{s.rule.name, s.key}
 		}
 	}
 	for _, c := range p.claims {
-		if c.Slot.After(slot) {
-			slot = c.Slot
+		if last.rule == "" || c.Slot.After(slot) {
+			slot, last = c.Slot, cause{c.rule.name, c.key}
 		}
 	}
-	return slot
+	return slot, last
 }
 
 // giveBack releases the leases, cancels the window reservations and undoes

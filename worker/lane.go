@@ -37,15 +37,6 @@ func laneKeys(queue string, ids []string) []string {
 	return keys
 }
 
-// toLane has this process's dispatcher move the task with asynq ID id, of
-// queue, to the head of its queue at its turn, due. Nothing is written to
-// Redis for it: if this process stops first, asynq's own retry brings the
-// task back laneFallback later, at the tail of its queue. (A task whose
-// decision joined its queue's lane in Redis goes through joinedLane.)
-func (t *Throttler) toLane(queue, id string, due time.Time) {
-	t.at(turn{at: due, queue: queue, id: id})
-}
-
 // Lane moves.
 const (
 	laneGone   = 0

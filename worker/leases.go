@@ -50,11 +50,9 @@ func (t *Throttler) watchLeases(ctx context.Context, tk *task, p *pass) (running
 	}
 	return running, func() *held {
 		close(done)
-		var l *held
 		once.Do(func() {}) // no loss reported from now on
-		l = first
 		cancel(nil)
-		return l
+		return first
 	}
 }
 

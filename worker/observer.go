@@ -51,31 +51,16 @@ const (
 	Unconfigured
 )
 
+var kindNames = [...]string{Admitted: "admitted", WaitedInline: "waited_inline", Rescheduled: "rescheduled",
+	GaveUp: "gave_up", Degraded: "degraded", Failed: "failed", LeaseTaken: "lease_taken",
+	LeaseReleased: "lease_released", LeaseLost: "lease_lost", Unconfigured: "unconfigured"}
+
 // String names the kind, for logs and metric labels.
 func (k EventKind) String() string {
-	switch k {
-	case Admitted:
-		return "admitted"
-	case WaitedInline:
-		return "waited_inline"
-	case Rescheduled:
-		return "rescheduled"
-	case GaveUp:
-		return "gave_up"
-	case Degraded:
-		return "degraded"
-	case Failed:
-		return "failed"
-	case LeaseTaken:
-		return "lease_taken"
-	case LeaseReleased:
-		return "lease_released"
-	case LeaseLost:
-		return "lease_lost"
-	case Unconfigured:
-		return "unconfigured"
+	if k < 0 || int(k) >= len(kindNames) {
+		return "unknown"
 	}
-	return "unknown"
+	return kindNames[k]
 }
 
 // Event describes one decision about one task.

@@ -178,7 +178,8 @@ func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []st
 		if r == nil || r.limiter == nil || err != nil {
 			continue // a rule this process does not know: its claim decides
 		}
-		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, units, rel.Slot, alongSlack, ticketGrace)
+		// No slack: its starts are taken at one instant.
+		b, err := gate.BookAt(ctx, r.limiter, along[i+1], rel.Waiter, units, rel.Slot, 0, ticketGrace)
 		if err == nil && b.OK {
 			booked = append(booked, b)
 			if b.Next.After(next) {
@@ -192,7 +193,7 @@ func (t *Throttler) bookAlong(ctx context.Context, rel gate.Released, along []st
 		if err != nil {
 			return time.Now().Add(100 * time.Millisecond), false
 		}
-		return rel.Slot.Add(alongSlack + b.RetryAfter), false
+		return rel.Slot.Add(b.RetryAfter), false
 	}
 	return next, true
 }
@@ -219,10 +220,6 @@ func (t *Throttler) prepare(waiter, payload string) *gate.Prepared {
 	}
 	return p
 }
-
-// alongSlack is how much later than its release a waiter's slot on an along
-// meter may be booked: none, its starts are taken at one instant.
-const alongSlack = 0
 
 // rule returns the Throttler's rule named name, or nil.
 func (t *Throttler) rule(name string) *Rule {

@@ -35,12 +35,17 @@ func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.T
 	if lane {
 		retryAt = due.Add(laneFallback)
 	}
+	// Unless its decision joined its queue's lane in Redis (joinedLane),
+	// this process's dispatcher moves the task to the head of its queue at
+	// its turn. Nothing is written to Redis for it: if this process stops
+	// first, asynq's own retry brings it back laneFallback later, at the
+	// tail of its queue.
 	if tk.last {
 		if err := t.handOver(ctx, tk, r.rule.name, r.key, retryAt); err != nil {
 			return err
 		}
 		if lane {
-			t.toLane(tk.queue, tk.copyID(), due)
+			t.at(turn{at: due, queue: tk.queue, id: tk.returnID()})
 		}
 		return nil
 	}
@@ -48,7 +53,7 @@ func (t *Throttler) goBack(ctx context.Context, tk *task, r *refusal, due time.T
 	case lane && r.lane.Joined:
 		t.joinedLane(tk.queue, due, r.lane)
 	case lane:
-		t.toLane(tk.queue, tk.id, due)
+		t.at(turn{at: due, queue: tk.queue, id: tk.returnID()})
 	}
 	t.observe(ctx, Event{Kind: Rescheduled, TaskID: tk.id, TaskType: tk.Type(), Rule: r.rule.name, Key: r.key, Delay: time.Until(due), Err: r.err})
 	return &ThrottledError{Rule: r.rule.name, Key: r.key, RetryAfter: time.Until(due), until: retryAt}
@@ -85,7 +90,10 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 	}
 	t.heardOfLease(r.rule, r.key, r.lease)
 	eligible := time.Now().Add(r.leadWait)
-	t.roomTurn(r.rule, r.key, eligible.Add(-t.roomLead()))
+	// A room's turn already queued less than a second later is kept (its
+	// meter has no room before it, typically): only one far off (a flow
+	// held back, a block) gives way.
+	t.turnAt(time.Second, turn{at: eligible.Add(-t.roomLead()), rule: r.rule, key: r.key})
 	fallback := eligible.Add(2*time.Duration(r.waiters)*r.rule.interval() + roomFallback)
 	if tk.last {
 		return t.handOver(ctx, tk, r.rule.name, r.key, fallback)
@@ -102,11 +110,7 @@ func (t *Throttler) wait(ctx context.Context, tk *task, r *refusal) error {
 // dispatcher that lets it out.
 func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles []int, rule *Rule, key string) (gate.Entry, int, error) {
 	entry := gate.Entry{Weight: 1}
-	id := tk.id
-	if tk.last {
-		id = tk.copyID()
-	}
-	parts := []string{tk.queue, id}
+	parts := []string{tk.queue, tk.returnID()}
 	units := 1
 	for i, role := range roles {
 		if rules[i] == rule {
@@ -168,11 +172,7 @@ func (t *Throttler) parking(tk *task) *gate.CapParking {
 	if tk.queue == "" || tk.id == "" {
 		return nil
 	}
-	id := tk.id
-	if tk.last {
-		id = tk.copyID()
-	}
-	return &gate.CapParking{Payload: tk.queue + "\x1f" + id, TTL: parkFallback + parkMargin}
+	return &gate.CapParking{Payload: tk.queue + "\x1f" + tk.returnID(), TTL: parkFallback + parkMargin}
 }
 
 // parkedTask returns the asynq ID and keys of the task a parked waiter's
@@ -255,6 +255,15 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 
 // copyID is the ID of the hand-over copy the task would be handed to.
 func (tk *task) copyID() string { return fmt.Sprintf("%s~%d", tk.origin, tk.copies+1) }
+
+// returnID is the asynq ID the task comes back as: its hand-over copy's
+// for a task on its last retry (see handOver), else its own.
+func (tk *task) returnID() string {
+	if tk.last {
+		return tk.copyID()
+	}
+	return tk.id
+}
 
 // noKey fails a task for which a rule's key function found no key: it
 // fails without retries, its payload will not change.

@@ -44,12 +44,11 @@ type Throttler struct {
 	// share (under pingMu).
 	pingMu  sync.Mutex
 	pinging *flight
-	// limiterClient is the client of the first rule's limiter; sameClient
-	// reports whether every rule's limiter uses it, so that a task's rules
-	// can be asked in one round trip (together.go). together remembers
-	// the key sets lately refused that way.
+	// limiterClient is the client every rule's limiter uses, nil when they
+	// do not all share one: a task's rules are then asked in one round
+	// trip (together.go). together remembers the key sets lately refused
+	// that way.
 	limiterClient any
-	sameClient    bool
 	together      refusals
 	// configured finds servers whose Config lacks Configure (unconfigured.go).
 	configured configureCheck
@@ -106,8 +105,9 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 			return nil, err
 		}
 	}
-	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true, sameClient: true,
+	t := &Throttler{client: client, enqueuer: asynq.NewClientFromRedisClient(client), rules: rules, cfg: cfg, sameRedis: true,
 		laneInRedis: true, answers: redisclient.AnswersOf(client)}
+	same := true
 	for i, r := range rules {
 		var l any = r.limiter
 		if r.conc != nil {
@@ -121,7 +121,10 @@ func New(client redis.UniversalClient, rules []Rule, opts ...Option) (*Throttler
 		if i == 0 {
 			t.limiterClient = c
 		}
-		t.sameClient = t.sameClient && c != nil && c == t.limiterClient
+		same = same && c != nil && c == t.limiterClient
+	}
+	if !same {
+		t.limiterClient = nil
 	}
 	for _, r := range rules {
 		if r.conc != nil {
@@ -314,15 +317,14 @@ func (t *Throttler) observe(ctx context.Context, e Event) {
 
 // limiterOf returns the name of the limiter of the rule named rule.
 func (t *Throttler) limiterOf(rule string) string {
-	for _, r := range t.rules {
-		if r.name == rule {
-			if r.conc != nil {
-				return r.conc.Name()
-			}
-			return r.limiter.Name()
-		}
+	switch r := t.rule(rule); {
+	case r == nil:
+		return ""
+	case r.conc != nil:
+		return r.conc.Name()
+	default:
+		return r.limiter.Name()
 	}
-	return ""
 }
 
 // log writes e to the logger at its level; admissions and leases are not

@@ -33,7 +33,7 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 			calls++
 		}
 	}
-	if calls < 2 || !t.sameClient {
+	if calls < 2 || t.limiterClient == nil {
 		return nil
 	}
 	keys := tk.keysOf(rules)
@@ -119,15 +119,6 @@ func (t *Throttler) tryTogether(ctx context.Context, tk *task, rules []*Rule, ro
 	p.starts, p.claims = mp.starts, mp.claims
 	p.delay, p.degraded = mp.delay, p.degraded || mp.degraded
 	return p
-}
-
-// leaseClient is the client a task's caps are released through together,
-// or nil when its rules' limiters do not share one.
-func (t *Throttler) leaseClient() any {
-	if !t.sameClient {
-		return nil
-	}
-	return t.limiterClient
 }
 
 // keysOf names the rules a task passes and its key in each.
