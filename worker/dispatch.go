@@ -364,7 +364,8 @@ func (t *Throttler) Close(ctx context.Context) error {
 	// The rooms this dispatcher let waiters out of, and the lanes it moved
 	// tasks of, are another's at once.
 	for room := range d.leased {
-		_ = gate.Resign(ctx, room.rule.limiter, room.key, d.self)
+		err := gate.Resign(ctx, room.rule.limiter, room.key, d.self)
+		t.notGivenBack(ctx, "the waiting room's lease", room.rule, room.key, err)
 	}
 	d.leased = nil
 	t.resignLanes(ctx)

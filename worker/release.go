@@ -100,7 +100,8 @@ func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate
 		// Not ours to read (or written by an earlier version, whose along
 		// meters came in pairs): the task comes back through asynq's own
 		// retry.
-		_ = gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter)
+		err := gate.LeaveRoom(ctx, rule.limiter, key, rel.Waiter)
+		t.notGivenBack(ctx, "an unreadable waiter's place in the waiting room", rule, key, err)
 		return time.Time{}, false
 	}
 	queue, id := parts[0], parts[1]
@@ -113,7 +114,8 @@ func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate
 	}
 	until, ok := t.bookAlong(ctx, rel, parts[2:])
 	if !ok {
-		_ = gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
+		err := gate.PutBack(ctx, rule.limiter, key, rel.N, rel, until)
+		t.notGivenBack(ctx, "a waiter let out, to its place", rule, key, err)
 		return time.Time{}, false
 	}
 	// The move goes on beside the next release: the dispatcher's round

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -244,12 +245,25 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 			// Asked again with its ticket and no room to wait, the limiter
 			// returns the standing booking (or, if there is none, books the
 			// present if it can): either way, cancelling it gives it back.
-			if res, err := gate.ReserveFor(ctx, rule.limiter, tk.keys[i], gate.Ticket{ID: tk.ticket}, tk.costs[i], 0); err == nil && res.OK {
-				_ = res.Cancel(ctx)
+			res, err := gate.ReserveFor(ctx, rule.limiter, tk.keys[i], gate.Ticket{ID: tk.ticket}, tk.costs[i], 0)
+			if err == nil && res.OK {
+				err = res.Cancel(ctx)
 			}
+			t.notGivenBack(ctx, "its booking", rule, tk.keys[i], err)
 		case roomMeter:
-			_ = gate.LeaveRoom(ctx, rule.limiter, tk.keys[i], tk.waiterID())
+			err := gate.LeaveRoom(ctx, rule.limiter, tk.keys[i], tk.waiterID())
+			t.notGivenBack(ctx, "its place in the waiting room", rule, tk.keys[i], err)
 		}
+	}
+}
+
+// notGivenBack logs, at Warn, a failed call that gives back what a task
+// kept for its turn: the task goes on without it, and what it kept stays
+// until its keys expire (a place in a room may be let out for nothing).
+func (t *Throttler) notGivenBack(ctx context.Context, what string, rule *Rule, key string, err error) {
+	if err != nil {
+		t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: could not give back "+what,
+			slog.String("rule", rule.name), slog.String("key", key), slog.Any("error", err))
 	}
 }
 
