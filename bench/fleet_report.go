@@ -188,20 +188,22 @@ func achieved(starts []time.Time) (float64, int) {
 
 // idleRow is what one fleet cost Redis at rest, per process.
 type idleRow struct {
-	scenario string
-	n        int
-	plain    bool
-	cmds     float64 // per second
-	cpu      float64 // µs per second
-	cpuAfter float64 // µs per second, at rest again after the tasks
+	scenario  string
+	n         int
+	plain     bool
+	cmds      float64 // per second
+	cpu       float64 // µs per second
+	cmdsAfter float64 // per second, at rest again after the tasks
+	cpuAfter  float64 // µs per second, at rest again after the tasks
 }
 
 func (r fleetResult) atRest(n int, plain bool, scenario string) idleRow {
 	return idleRow{
 		scenario: scenario, n: n, plain: plain,
-		cmds:     (r.idle.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
-		cpu:      (r.idle.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
-		cpuAfter: (r.idleAfter.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
+		cmds:      (r.idle.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
+		cpu:       (r.idle.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
+		cmdsAfter: (r.idleAfter.cmdsPerSec() - r.base.cmdsPerSec()) / float64(n),
+		cpuAfter:  (r.idleAfter.cpuPerSec() - r.base.cpuPerSec()) / float64(n) * 1e6,
 	}
 }
 
@@ -237,13 +239,13 @@ func printFleetRows(w io.Writer, sc scenario, rows []fleetRow) {
 func printIdleRows(w io.Writer, rows []idleRow) {
 	fmt.Fprintln(w, "at rest, per worker process (Redis with no worker process taken out):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "scenario\tN\tfleet\tRedis cmds/s\tRedis CPU µs/s\tafter the tasks\t\n")
+	fmt.Fprintf(tw, "scenario\tN\tfleet\tRedis cmds/s\tRedis CPU µs/s\tafter the tasks: cmds/s\tCPU µs/s\t\n")
 	for _, r := range rows {
 		who := "library"
 		if r.plain {
 			who = "plain asynq"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t%.0f\t\n", r.scenario, r.n, who, r.cmds, r.cpu, r.cpuAfter)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t%.1f\t%.0f\t\n", r.scenario, r.n, who, r.cmds, r.cpu, r.cmdsAfter, r.cpuAfter)
 	}
 	_ = tw.Flush()
 }
