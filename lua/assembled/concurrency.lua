@@ -543,7 +543,6 @@ if count >= limit or waiting > 0 then
 end
 if mode == MODE_ACQUIRE then
   redis.call('ZADD', KEYS[1], int(now + lease), holder)
-  prune()
-  count = count + 1
+  return {1, limit - count - 1, 0, prune(), now}
 end
 return {1, limit - count, 0, until_last(), now}
