@@ -27,10 +27,11 @@ func init() {
 		}
 		return lease, ahead, false, err
 	}
-	gate.CapLeave = func(ctx context.Context, limiter any, key, waiter string) {
+	gate.CapLeave = func(ctx context.Context, limiter any, key, waiter string) error {
 		if c, ok := limiter.(*ConcurrencyLimiter); ok {
-			c.leave(ctx, key, waiter)
+			return c.leave(ctx, key, waiter)
 		}
+		return nil
 	}
 	gate.OnCapCall = func(limiter any, call func(payloads []string), task func(payload string) (string, []string, bool)) {
 		if c, ok := limiter.(*ConcurrencyLimiter); ok {
@@ -160,12 +161,12 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 			if c.failOpen(ctx, err) {
 				return degradedLease(), 0, false, nil
 			}
-			c.leave(ctx, key, waiter)
+			_ = c.leave(ctx, key, waiter)
 			return nil, 0, false, c.unavailable(ctx, err)
 		}
 		ints, err := intsOf(values, 8)
 		if err != nil {
-			c.leave(ctx, key, waiter)
+			_ = c.leave(ctx, key, waiter)
 			return nil, 0, false, c.unavailable(ctx, err)
 		}
 		c.noteHeads(key, values)
@@ -220,7 +221,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 			return nil, ahead, deferred, nil
 		case <-ctx.Done():
 			refresh.Stop()
-			c.leave(ctx, key, waiter)
+			_ = c.leave(ctx, key, waiter)
 			return nil, ahead, false, fmt.Errorf("throttle: %w", ctx.Err())
 		}
 		refresh.Stop()
@@ -229,12 +230,18 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 
 // leave takes waiter out of key's line, in the background if ctx has
 // ended (bounded like every clean-up), and hands the slot it leaves to the
-// next in line.
-func (c *ConcurrencyLimiter) leave(ctx context.Context, key, waiter string) {
-	_ = c.cleanup(ctx, func(ctx context.Context) error {
+// next in line. Its error is Redis's when the call failed; the callers
+// that leave as they fail or give up on a wait have a better one to
+// return.
+func (c *ConcurrencyLimiter) leave(ctx context.Context, key, waiter string) error {
+	err := c.cleanup(ctx, func(ctx context.Context) error {
 		_, err := c.freeing(ctx, "6", key, waiter)
 		return err
 	})
+	if err != nil {
+		return c.unavailable(ctx, err)
+	}
+	return nil
 }
 
 // release frees holder's slot of key, waking the next in line, and reports

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
@@ -15,9 +16,11 @@ import (
 )
 
 // TestWhatCannotBeGivenBackIsLogged: a task given up on gives back its
-// booking and its place in a waiting room; when Redis fails those calls,
-// each failure is logged at Warn with its rule and key (they were once
-// dropped unseen, which hid a waiting room that could not be left).
+// booking, its place in a waiting room and its place in a cap's line, and
+// a task that ran gives back its slot of the cap; when Redis fails those
+// calls, each failure is logged at Warn with its rule and key (they were
+// once dropped unseen, which hid a waiting room that could not be left).
+// So is a count of throttles that fails, which gives nobody up.
 func TestWhatCannotBeGivenBackIsLogged(t *testing.T) {
 	mr := miniredis.RunT(t)
 	redistest.QuietRedisLog()
@@ -30,21 +33,38 @@ func TestWhatCannotBeGivenBackIsLogged(t *testing.T) {
 		}
 		return l
 	}
+	conc, err := throttle.NewConcurrencyLimiter(client, "cap", throttle.Concurrency{Limit: 2, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logged bytes.Buffer
 	th, err := New(client, []Rule{
-		Rate("booked", AnyTask(), meter("per-partner"), KeyBy(Constant("partner-1"))),
+		Rate("booked", AnyTask(), meter("per-partner"), KeyBy(Constant("partner-1")), GiveUp(GiveUpPolicy{MaxThrottles: 3})),
 		Rate("room", AnyTask(), meter("overall"), KeyBy(Constant("all")), FairBy(ByType())),
+		Concurrency("cap", AnyTask(), conc, KeyBy(Constant("one"))),
 	}, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
+	lease, _, err := conc.Acquire(ctx, "one")
+	if err != nil || lease == nil {
+		t.Fatalf("Acquire: %v, %v", lease, err)
+	}
 	mr.Close()
 	tk := &task{Task: asynq.NewTask("sync", nil), id: "t1", origin: "t1", ticket: "t1", queue: "default",
-		keys: []string{"partner-1", "all"}, costs: []int{1, 1}}
-	th.forgetKept(context.Background(), tk)
+		keys: []string{"partner-1", "all", "one"}, costs: []int{1, 1, 1}}
+	th.forgetKept(ctx, tk)
+	th.giveBackLeases(ctx, &pass{leases: []held{{lease, th.rule("cap"), "one"}}})
+	if gave := th.giveUp(ctx, tk, &refusal{rule: th.rule("booked"), key: "partner-1"}); gave != nil {
+		t.Fatalf("giveUp with Redis down: %v; want no give-up", gave)
+	}
 	for _, want := range []string{
 		`level=WARN msg="worker: could not give back its booking" rule=booked key=partner-1 error="throttle: redis unavailable`,
 		`level=WARN msg="worker: could not give back its place in the waiting room" rule=room key=all error="throttle: redis unavailable`,
+		`level=WARN msg="worker: could not give back its place in the cap's line" rule=cap key=one error="throttle: redis unavailable`,
+		`level=WARN msg="worker: could not give back its slot of the cap" rule=cap key=one error="throttle: redis unavailable`,
+		`level=WARN msg="worker: could not count the task's throttles; not given up on this time" task_id=t1 rule=booked key=partner-1`,
 	} {
 		if !strings.Contains(logged.String(), want) {
 			t.Errorf("the log lacks %s:\n%s", want, logged.String())

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -59,24 +60,31 @@ func (t *Throttler) watchLeases(ctx context.Context, tk *task, p *pass) (running
 // giveBackLeases releases the pass's leases once the handler has ended,
 // however it ended; bookings were used and stay. Each release is waited
 // for while ctx lives, and finishes in the background after it ends.
-// Several leases on one client (client, nil when they are not) are
-// released in one round trip.
-func (p *pass) giveBackLeases(ctx context.Context, client any) {
-	if len(p.leases) == 1 || client == nil {
-		for _, lease := range p.leases {
-			_ = lease.Release(ctx)
+// Several leases on the limiters' one client (t.limiterClient) are
+// released in one round trip. A release Redis failed is logged: its slot
+// stays taken until the lease runs out. (A lease lost was reported when
+// it was.)
+func (t *Throttler) giveBackLeases(ctx context.Context, p *pass) {
+	release := func(ctx context.Context, l held) {
+		if err := l.Release(ctx); !errors.Is(err, throttle.ErrLeaseLost) {
+			t.notGivenBack(ctx, "its slot of the cap", l.rule, l.key, err)
+		}
+	}
+	if len(p.leases) == 1 || t.limiterClient == nil {
+		for _, l := range p.leases {
+			release(ctx, l)
 		}
 		return
 	}
 	// Several caps on one client: released in one round trip.
-	together, done := gate.Together(ctx, client, len(p.leases))
+	together, done := gate.Together(ctx, t.limiterClient, len(p.leases))
 	var wg sync.WaitGroup
-	for _, lease := range p.leases {
+	for _, l := range p.leases {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer done()
-			_ = lease.Release(together)
+			release(together, l)
 		}()
 	}
 	wg.Wait()

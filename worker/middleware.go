@@ -79,7 +79,7 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 			// gave it: a gauge kept from the events never shows more leases
 			// than Redis holds.
 			t.observeLeases(ctx, tk, p, LeaseReleased)
-			p.giveBackLeases(ctx, t.limiterClient)
+			t.giveBackLeases(ctx, p)
 		}
 		if l != nil && err != nil {
 			// The handler was stopped because its slot was no longer its

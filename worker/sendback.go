@@ -144,7 +144,9 @@ func (t *Throttler) entryOf(ctx context.Context, tk *task, rules []*Rule, roles 
 // inline for its turn. Its retry time is parkFallback away, for the case
 // that nobody calls it; it keeps its place in line until a little after.
 func (t *Throttler) park(ctx context.Context, tk *task, r *refusal) error {
-	leave := func() { gate.CapLeave(ctx, r.rule.conc, r.key, tk.waiterID()) }
+	leave := func() {
+		t.notGivenBack(ctx, "its place in the cap's line", r.rule, r.key, gate.CapLeave(ctx, r.rule.conc, r.key, tk.waiterID()))
+	}
 	if !r.parked {
 		// Outside an asynq server (nothing could call it back), the line
 		// did not park it: it leaves, and comes back by asynq's retry.
@@ -219,7 +221,12 @@ func (t *Throttler) giveUp(ctx context.Context, tk *task, r *refusal) error {
 		return nil
 	}
 	n, since, err := t.countThrottle(ctx, rule, tk.origin)
-	if err != nil || !rule.giveUp.givesUp(n, since) {
+	if err != nil {
+		t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: could not count the task's throttles; not given up on this time",
+			slog.String("task_id", tk.id), slog.String("rule", rule.name), slog.String("key", r.key), slog.Any("error", err))
+		return nil
+	}
+	if !rule.giveUp.givesUp(n, since) {
 		return nil
 	}
 	t.forgetKept(ctx, tk)
@@ -237,7 +244,8 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 	roles := meterRoles(rules)
 	for i, rule := range rules {
 		if rule.conc != nil {
-			gate.CapLeave(ctx, rule.conc, tk.keys[i], tk.waiterID())
+			err := gate.CapLeave(ctx, rule.conc, tk.keys[i], tk.waiterID())
+			t.notGivenBack(ctx, "its place in the cap's line", rule, tk.keys[i], err)
 			continue
 		}
 		switch roles[i] {
@@ -260,8 +268,10 @@ func (t *Throttler) forgetKept(ctx context.Context, tk *task) {
 // notGivenBack logs, at Warn, a failed call that gives back what a task
 // kept for its turn: the task goes on without it, and what it kept stays
 // until its keys expire (a place in a room may be let out for nothing).
+// With ctx ended, the call goes on in the background (bounded like every
+// clean-up) and its outcome is not known here: nothing is logged.
 func (t *Throttler) notGivenBack(ctx context.Context, what string, rule *Rule, key string, err error) {
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: could not give back "+what,
 			slog.String("rule", rule.name), slog.String("key", key), slog.Any("error", err))
 	}

@@ -355,7 +355,7 @@ var (
 	// park, a waiter whose budget ran out leaves the line with CapLeave.
 	CapWait func(ctx context.Context, limiter any, key, waiter string, budget time.Duration, park *CapParking) (lease any, ahead int, parked bool, err error)
 	// CapLeave takes a waiter out of the line.
-	CapLeave func(ctx context.Context, limiter any, key, waiter string)
+	CapLeave func(ctx context.Context, limiter any, key, waiter string) error
 	// OnCapCall sets what brings back the parked waiters the limiter's
 	// releases call: call, given the payloads of the waiters one release
 	// called (together, so that their tasks are moved in one call); and task,
