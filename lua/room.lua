@@ -102,7 +102,9 @@
 --          waiter whose units do not fit by the lead keeps its turn: nobody
 --          is released before it.
 -- leave:   ARGV[2] waiter ID: removes a waiter, or a release nobody came
---          for. Returns {1 if it was there, now_us}
+--          for; ARGV[3] keys' lifetime, us (its flow's next waiter set
+--          aside may come back to the room). Returns {1 if it was there,
+--          now_us}
 -- put back: ARGV[2] waiter ID, ARGV[3] unused, ARGV[4], ARGV[5] the end
 --          of its release (us, ticks), ARGV[6] unused, ARGV[7] burst, ARGV[8]
 --          num, ARGV[9] den, ARGV[10] hold its flow back until (Unix us; 0:
@@ -149,6 +151,7 @@ if mode == 2 then
     redis.call('ZREM', KEYS[6], aside_member(flow, tag, id))
     if was_in_room == 1 and held_until(R, flow) <= now then
       bring_back(R, flow) -- its flow's next waiter set aside takes its place
+      room_keep(R, tonumber(ARGV[3]))
     end
   end
   return {redis.call('HDEL', KEYS[3], id), now}
@@ -295,6 +298,7 @@ local horizon = now + ceil_div(lead, den) -- the latest start this release may g
 -- releases after the first in a call look further ahead), so that a flow
 -- whose hold ends within the new horizon has its waiter back in time.
 local next_hold = 0
+local touched = false -- the room's waiters moved: its keys are kept, whoever goes
 local function bring_back_due()
   next_hold = 0
   local holds = redis.call('HGETALL', KEYS[5])
@@ -304,6 +308,7 @@ local function bring_back_due()
     if until_us <= horizon then
       if raw > 0 or until_us <= now then
         bring_back(R, flow)
+        touched = true
       end
       if until_us <= now then
         redis.call('HDEL', KEYS[5], flow)
@@ -347,7 +352,7 @@ local function pick()
           if held_back > horizon then
             redis.call('ZREM', KEYS[2], id)
             redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
-            aside, out = aside + 1, out + 1
+            aside, out, touched = aside + 1, out + 1, true
           else
             eligible = math.max(eligible, held_back)
             if eligible <= slot_at then
@@ -410,6 +415,9 @@ for _ = 1, most do
   end
   if r[1] ~= 1 then
     if #out == 0 then
+      if touched then
+        room_keep(R, tonumber(ARGV[7])) -- a set it wrote may be new
+      end
       return r
     end
     break

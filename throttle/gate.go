@@ -427,7 +427,7 @@ func leaveRoom(ctx context.Context, limiter any, key, waiter string) error {
 		return err
 	}
 	err = l.cleanup(ctx, func(ctx context.Context) error {
-		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), []any{"2", waiter})
+		_, err := l.evalValues(ctx, roomScript, l.roomKeys(key), []any{"2", waiter, itoa(roomLifetime.Microseconds())})
 		return err
 	})
 	if err != nil {

@@ -152,6 +152,7 @@ func TestRoomCountsWaitersSetAside(t *testing.T) {
 	if err != nil || rel.OK {
 		t.Fatalf("a release with the only flow held for 10s: %+v, %v; want none", rel, err)
 	}
+	checkTTLs(t, tg) // the set aside, new, outlives its last write too
 	size, _, err := workergate.EnterRoom(ctx, l, "all", "b0", "b", 1, 1, 0, "p")
 	if err != nil || size != 4 {
 		t.Fatalf("EnterRoom: %d waiters, %v; want 4, the three set aside among them", size, err)
