@@ -19,8 +19,8 @@ import (
 // decision (measured in docs/reliability.md), and decisions are not
 // coalesced. It applies to a Limiter's Allow, AllowN, AllowMany (one
 // request at a time), Wait and Reserve, and to a ConcurrencyLimiter's
-// Acquire and its leases' renewals and releases; the worker's bookings and
-// waiting rooms do not wait. On a Redis Cluster the WAIT goes to the
+// Acquire, AcquireWait (the worker's caps too) and its leases' renewals
+// and releases; the worker's bookings and waiting rooms do not wait. On a Redis Cluster the WAIT goes to the
 // master of the key's slot; a *redis.Ring is refused. Default: off. n is 1
 // or more, timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
@@ -41,14 +41,23 @@ func WithReplicaAcks(n int, timeout time.Duration) Option {
 var ErrNotReplicated = fmt.Errorf("%w: the decision's writes reached fewer replicas than asked", ErrUnavailable)
 
 // evalAcked runs a script and WAIT on one connection to the master of its
-// keys' slot, in one round trip, and returns the script's reply once the
-// replicas acknowledged it.
+// keys' slot, in one round trip, and returns the script's reply of
+// integers once the replicas acknowledged it.
 func (c *conn) evalAcked(ctx context.Context, script *redis.Script, keys []string, args []any) (reply, error) {
+	values, err := c.evalAckedValues(ctx, script, keys, args)
+	if err != nil {
+		return reply{}, err
+	}
+	return replyFrom(values)
+}
+
+// evalAckedValues is evalAcked for a reply as it came, strings included.
+func (c *conn) evalAckedValues(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
 	var node redis.Cmdable = c.client
 	if cluster, ok := c.client.(*redis.ClusterClient); ok {
 		master, err := cluster.MasterForKey(ctx, keys[0])
 		if err != nil {
-			return reply{}, err
+			return nil, err
 		}
 		node = master
 	}
@@ -71,25 +80,21 @@ func (c *conn) evalAcked(ctx context.Context, script *redis.Script, keys []strin
 		eval, wait, err = run(true)
 	}
 	if eval.Err() != nil {
-		return reply{}, eval.Err()
+		return nil, eval.Err()
 	}
 	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
 	values, err := eval.Slice()
 	if err != nil {
-		return reply{}, err
-	}
-	r, err := replyFrom(values)
-	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
 	got, err := wait.Int64()
 	if err != nil {
-		return reply{}, err
+		return nil, err
 	}
 	if got < int64(c.cfg.acks) {
-		return reply{}, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, got, c.cfg.acks, c.cfg.acksTimeout)
+		return nil, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, got, c.cfg.acks, c.cfg.acksTimeout)
 	}
-	return r, nil
+	return values, nil
 }

@@ -38,11 +38,34 @@ func TestReplicaAcks(t *testing.T) {
 		defer cancel()
 		return l.Allow(ctx, key)
 	}
+	capped, err := throttle.NewConcurrencyLimiter(client, "acked-cap", throttle.Concurrency{Limit: 2, Lease: time.Minute},
+		throttle.WithPrefix("jt-acks:"), throttle.WithReplicaAcks(1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquireWait := func() (*throttle.Lease, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return capped.AcquireWait(ctx, "slots")
+	}
 	// Acknowledged while the replica follows.
 	if res, err := allow(acked, "kept"); err != nil || !res.Allowed {
 		t.Fatalf("acked Allow with the replica up: %+v, %v", res, err)
 	}
+	slot, err := acquireWait()
+	if err != nil {
+		t.Fatalf("acked AcquireWait with the replica up: %v", err)
+	}
 	cutReplication(t, s.master, s.replica)
+	// A cap's line (AcquireWait, a lease's release) waits for the replica
+	// as its Acquire does.
+	if lease, err := acquireWait(); !errors.Is(err, throttle.ErrNotReplicated) {
+		t.Errorf("acked AcquireWait with the replica frozen: %v, %v; want ErrNotReplicated", lease, err)
+	}
+	if err := slot.Release(ctx); !errors.Is(err, throttle.ErrNotReplicated) {
+		t.Errorf("acked Release with the replica frozen: %v; want ErrNotReplicated", err)
+	}
 	if res, err := allow(plain, "lost"); err != nil || !res.Allowed {
 		t.Fatalf("plain Allow with the replica frozen: %+v, %v", res, err)
 	}
