@@ -5,6 +5,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -99,6 +100,42 @@ type dispatcher struct {
 	// (the loop's alone until it has stopped). A lane's roomID has no rule.
 	laneTasks map[roomID]time.Time
 	laneNamed map[roomID][]string
+	// failures: the dispatcher's calls Redis failed, logged at most once
+	// per failureLogEvery (see failed).
+	failures struct {
+		sync.Mutex
+		last       time.Time
+		suppressed int
+	}
+}
+
+// failureLogEvery is the least time between two logs of the dispatcher's
+// failed calls.
+const failureLogEvery = 10 * time.Second
+
+// failed logs a call of the dispatcher that Redis failed (what: a room's
+// release, a lane's turn, a move of tasks), at Warn and at most once every
+// failureLogEvery, with the count of those not logged since. The
+// dispatcher tries again in 100 ms; meanwhile the tasks it would bring
+// back come back by asynq's own retry, later and at the tail of their
+// queue.
+func (t *Throttler) failed(ctx context.Context, what, key string, err error) {
+	if ctx.Err() != nil {
+		return // stopping: Close
+	}
+	f := &t.dispatch.failures
+	f.Lock()
+	now := time.Now()
+	if !f.last.IsZero() && now.Sub(f.last) < failureLogEvery {
+		f.suppressed++
+		f.Unlock()
+		return
+	}
+	suppressed := f.suppressed
+	f.last, f.suppressed = now, 0
+	f.Unlock()
+	t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: redis failed "+what+"; trying again in 100ms",
+		slog.String("key", key), slog.Int("failures_not_logged", suppressed), slog.Any("error", err))
 }
 
 // dispatcherLease is how long a dispatcher keeps a room's lease after its
@@ -300,6 +337,9 @@ func (t *Throttler) serveMoves(ctx context.Context, tns []turn) {
 		ids[i] = tn.id
 	}
 	results, err := t.move(ctx, tns[0].queue, ids...)
+	if err != nil {
+		t.failed(ctx, "a move of tasks to their queue's head", tns[0].queue, err)
+	}
 	for i, tn := range tns {
 		moved := laneNotYet
 		if err == nil {

@@ -46,6 +46,7 @@ func TestWhatCannotBeGivenBackIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = th.Close(context.Background()) })
 	ctx := context.Background()
 	lease, _, err := conc.Acquire(ctx, "one")
 	if err != nil || lease == nil {
@@ -69,5 +70,43 @@ func TestWhatCannotBeGivenBackIsLogged(t *testing.T) {
 		if !strings.Contains(logged.String(), want) {
 			t.Errorf("the log lacks %s:\n%s", want, logged.String())
 		}
+	}
+}
+
+// TestTheDispatchersFailuresAreLogged: a waiting room's release that Redis
+// fails is logged at Warn, with its rule and key; the failures that follow
+// within failureLogEvery (the dispatcher tries again every 100 ms) are
+// counted into the next log, not logged one by one.
+func TestTheDispatchersFailuresAreLogged(t *testing.T) {
+	mr := miniredis.RunT(t)
+	redistest.QuietRedisLog()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	overall, err := throttle.New(client, "overall", throttle.GCRA{Rate: throttle.PerSecond(10), Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	th, err := New(client, []Rule{Rate("room", AnyTask(), overall, KeyBy(Constant("all")), FairBy(ByType()))},
+		WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = th.Close(context.Background()) })
+	mr.Close()
+	ctx := context.Background()
+	for range 3 {
+		if next := th.releaseFrom(ctx, th.rule("room"), "all", time.Now()); time.Until(next) > time.Second {
+			t.Fatalf("the next release after a failure in %s; want 100ms", time.Until(next))
+		}
+	}
+	const want = `level=WARN msg="worker: redis failed a waiting room's release (rule room); trying again in 100ms" key=all failures_not_logged=0 error="throttle: redis unavailable`
+	if got := strings.Count(logged.String(), "level=WARN"); got != 1 || !strings.Contains(logged.String(), want) {
+		t.Fatalf("%d warnings after 3 failed calls; want 1, %s:\n%s", got, want, logged.String())
+	}
+	th.dispatch.failures.last = time.Now().Add(-failureLogEvery)
+	th.releaseFrom(ctx, th.rule("room"), "all", time.Now())
+	if !strings.Contains(logged.String(), "failures_not_logged=2") {
+		t.Fatalf("the next log does not count the 2 failures not logged:\n%s", logged.String())
 	}
 }

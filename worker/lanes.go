@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -114,7 +115,11 @@ func (t *Throttler) laneTurn(ctx context.Context, queue string) time.Time {
 		reply, err = lanePollScript.Run(ctx, t.client, keys, args...).Slice()
 		return err
 	})
-	if err != nil || len(reply) < 3 {
+	if err == nil && len(reply) < 3 {
+		err = fmt.Errorf("lane_poll.lua returned %d values, want 3 or more", len(reply))
+	}
+	if err != nil {
+		t.failed(ctx, "a turn of its queue's return lane", queue, err)
 		return time.Now().Add(100 * time.Millisecond)
 	}
 	ints := make([]int64, min(len(reply), 4))

@@ -38,6 +38,7 @@ func (t *Throttler) releaseFrom(ctx context.Context, rule *Rule, key string, due
 		batch := gate.Batch{Prepared: d.prepared[room], Window: releaseWindow, Most: releaseMost}
 		first, err := gate.Release(ctx, rule.limiter, key, 1, t.roomLead(), releaseNotice(lead), holds, d.self, batch)
 		if err != nil {
+			t.failed(ctx, "a waiting room's release (rule "+rule.name+")", key, err)
 			return time.Now().Add(100 * time.Millisecond)
 		}
 		rel := first // the last of the waiters let out
