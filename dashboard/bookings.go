@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,7 +103,11 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 	for i, t := range tickets {
 		values[i] = pipe.Get(ctx, t)
 	}
-	_, _ = pipe.Exec(ctx) // a ticket gone meanwhile reads as redis.Nil
+	// A ticket gone meanwhile reads as redis.Nil; any other failure is the
+	// page's to show, not an empty list.
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return b, err
+	}
 	for i, t := range tickets {
 		// "<end us>:<end ticks>:<grace ticks>:<generation>"
 		fields := strings.Split(values[i].Val(), ":")

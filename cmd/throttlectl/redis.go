@@ -17,9 +17,9 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	client, what := opts.NewClient(), opts.Kind()
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	pingCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
+	if err := client.Ping(pingCtx).Err(); err != nil {
 		_ = client.Close()
 		var refused redis.Error
 		if errors.As(err, &refused) {
@@ -33,7 +33,14 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
 		// A plain connection to one node sees that node's keys only, and
 		// is refused the others' (MOVED). A server that does not say is
 		// taken as one server.
-		if node, _ := scan.ClusterNode(ctx, plain, a.timeout); node {
+		node, err := scan.ClusterNode(ctx, plain, a.timeout)
+		if err != nil {
+			// Taken as one server, a Cluster node would show its own keys
+			// only: better no answer than half of one.
+			_ = client.Close()
+			return nil, fmt.Errorf("cannot tell whether the Redis at %s is a node of a Redis Cluster: %w", a.redis.String(), err)
+		}
+		if node {
 			_ = client.Close()
 			return nil, usagef("the Redis at %s is a node of a Redis Cluster: give --cluster (seeds of the Cluster), or throttlectl sees this node's keys only", a.redis.String())
 		}
