@@ -20,9 +20,9 @@ import (
 // coalesced. It applies to a Limiter's Allow, AllowN, AllowMany (one
 // request at a time), Wait and Reserve, and to a ConcurrencyLimiter's
 // Acquire, AcquireWait (the worker's caps too) and its leases' renewals
-// and releases; the worker's bookings and waiting rooms do not wait. On a Redis Cluster the WAIT goes to the
-// master of the key's slot; a *redis.Ring is refused. Default: off. n is 1
-// or more, timeout positive.
+// and releases; the worker's bookings and waiting rooms do not wait. On a
+// Redis Cluster the WAIT goes to the master of the key's slot; a
+// *redis.Ring is refused. Default: off. n is 1 or more, timeout positive.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {
