@@ -2,7 +2,6 @@ package httpthrottle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -144,10 +143,13 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		res, err := m.limiter.Allow(r.Context(), key)
 		switch {
 		case err != nil:
-			if !errors.Is(err, throttle.ErrUnavailable) {
+			if r.Context().Err() != nil {
 				return // the client has gone: nobody to answer
 			}
-			m.logger.Error("httpthrottle: rate limit undecided, request refused (fail-closed)", "key", key, "err", err)
+			// Redis could not decide (under fail-closed), or refused the
+			// command under either policy (a wrong type at the key, a
+			// command the user may not run): the request is not served.
+			m.logger.Error("httpthrottle: rate limit undecided, request refused", "key", key, "err", err)
 			m.report(r.Context(), Event{Kind: Unavailable, Key: key, Status: http.StatusServiceUnavailable, Err: err})
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "rate limit unavailable", http.StatusServiceUnavailable)

@@ -1,6 +1,7 @@
 package httpthrottle_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -113,6 +114,43 @@ func TestInboundWhenRedisIsDown(t *testing.T) {
 		}
 		if tc.failure == throttle.FailClosed && resp.Header.Get("Retry-After") == "" {
 			t.Errorf("503 without Retry-After")
+		}
+	}
+}
+
+// TestInboundWhenRedisRefuses: a Redis that answers with an error (here a
+// list where the limiter keeps its state: WRONGTYPE) decides nothing under
+// either failure policy; the request gets 503 with Retry-After and is not
+// served. (It once got an empty 200, taken for a client gone.) A request
+// whose client has gone gets no answer.
+func TestInboundWhenRedisRefuses(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	for _, failure := range []throttle.FailurePolicy{throttle.FailClosed, throttle.FailOpen} {
+		limiter, err := throttle.New(tg.Client, "refused-"+failure.String(), throttle.GCRA{Rate: throttle.PerSecond(5), Burst: 5},
+			throttle.WithPrefix(tg.Prefix), throttle.WithFailurePolicy(failure))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tg.Client.RPush(ctx, limiter.Key("203.0.113.7"), "not a limiter's state").Err(); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := httpthrottle.NewMiddleware(limiter, quiet)
+		served := false
+		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true }))
+		resp := serve(h, "203.0.113.7:51000")
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || served {
+			t.Errorf("%s, Redis refusing: %d, Retry-After %q, served %v; want 503 with Retry-After, not served",
+				failure, resp.StatusCode, resp.Header.Get("Retry-After"), served)
+		}
+		gone, cancel := context.WithCancel(ctx)
+		cancel()
+		req := httptest.NewRequest(http.MethodGet, "http://api.example/orders", nil).WithContext(gone)
+		req.RemoteAddr = "203.0.113.7:51000"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Body.Len() > 0 || len(rec.Header()) > 0 || served {
+			t.Errorf("%s, the client gone: answered %d %q, served %v; want no answer", failure, rec.Code, rec.Body.String(), served)
 		}
 	}
 }
