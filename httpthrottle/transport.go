@@ -109,7 +109,9 @@ func WithRequestKey(f func(*http.Request) (string, error)) TransportOption {
 // Retry-After set. Only requests that are safe to replay are retried: an
 // idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or an
 // Idempotency-Key header, and a body that can be had again (none, or
-// GetBody set, as http.NewRequest does for in-memory bodies). Default: 0.
+// GetBody set, as http.NewRequest does for in-memory bodies); and not when
+// the block would outlast the request's context: its answer comes back.
+// Default: 0.
 func WithRetries(n int) TransportOption {
 	return transportOptionFunc(func(t *Transport) error {
 		if n < 0 {
@@ -216,7 +218,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		block := min(wait, t.maxBlock)
 		err = t.limiter.BlockFor(req.Context(), key, block)
-		retrying := err == nil && attempt < t.retries && replayable(req)
+		// A retry whose block outlasts the context could only fail: the
+		// caller gets the answer instead.
+		deadline, bounded := req.Context().Deadline()
+		retrying := err == nil && attempt < t.retries && replayable(req) && (!bounded || time.Now().Add(block).Before(deadline))
 		t.report(req.Context(), Event{Kind: BackedOff, Key: key, Attempt: attempt, Delay: block,
 			Status: resp.StatusCode, Retrying: retrying, Err: err})
 		if !retrying {

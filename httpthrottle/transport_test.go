@@ -244,6 +244,27 @@ func TestRetriesAfterTheBlockOnlyWhatIsSafeToReplay(t *testing.T) {
 	_ = start
 }
 
+// TestARetryPastTheDeadlineReturnsTheAnswer: with retries on, a 429 whose
+// Retry-After outlasts the request's context comes back to the caller as
+// it came, not as an error of a retry that could not have been sent.
+func TestARetryPastTheDeadlineReturnsTheAnswer(t *testing.T) {
+	tg := redistest.New(t)
+	up := newUpstream(t)
+	up.tooMany = func(n int) (string, bool) { return "5", n == 1 }
+	c, _ := newClient(t, tg, throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 10}, httpthrottle.WithRetries(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("a 429 with Retry-After: 5 and 1 s to go: %v; want the 429", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "5" || len(up.times()) != 1 {
+		t.Fatalf("%d, Retry-After %q, %d requests sent; want the 429 as it came, sent once", resp.StatusCode, resp.Header.Get("Retry-After"), len(up.times()))
+	}
+}
+
 func TestTransportRefusesADeadlineItCannotMeet(t *testing.T) {
 	tg := redistest.New(t)
 	up := newUpstream(t)
