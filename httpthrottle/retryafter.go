@@ -14,17 +14,18 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
+	if strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			secs = maxBlockSeconds // digits beyond int64: absurd, and as long
 		}
-		return time.Duration(min(secs, int64(maxBlockSeconds))) * time.Second, true
+		return time.Duration(min(secs, maxBlockSeconds)) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	return max(0, at.Sub(now)), true
+	return min(max(0, at.Sub(now)), maxBlockSeconds*time.Second), true
 }
 
 // maxBlockSeconds keeps absurd Retry-After values from overflowing.

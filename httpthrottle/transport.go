@@ -189,7 +189,10 @@ func hostKey(req *http.Request) (string, error) {
 // sending the request.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, err := t.key(req)
-	if err == nil && key == "" {
+	switch {
+	case err != nil && !errors.Is(err, ErrNoKey):
+		err = fmt.Errorf("%w: %w", ErrNoKey, err)
+	case err == nil && key == "":
 		err = fmt.Errorf("%w: empty key", ErrNoKey)
 	}
 	var n int
