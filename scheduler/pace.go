@@ -117,7 +117,9 @@ func DeliverAtSlot() BatchOption {
 
 // TaskOptions adds asynq options to every task of the batch, such as
 // asynq.Queue or asynq.MaxRetry. TaskID and ProcessAt are set by the
-// scheduler and override any given here.
+// scheduler and override any given here. Unless asynq.Retention is given,
+// asynq keeps each task for a day once it is done, so that the batch run
+// again finds it and does not run it twice.
 func TaskOptions(opts ...asynq.Option) BatchOption {
 	return batchOptionFunc(func(c *batchConfig) error {
 		c.taskOpts = append(c.taskOpts, opts...)
@@ -136,7 +138,8 @@ func TaskOptions(opts ...asynq.Option) BatchOption {
 // slot, admitted on arrival.
 //
 // Pace is safe to run again with the same batchID and tasks, say after a
-// crash: a task already enqueued keeps its slots and is not enqueued twice.
+// crash: a task already enqueued keeps its slots and is not enqueued twice,
+// nor is one done within the last day (see TaskOptions).
 // It stops at the first error (a booking beyond BookAhead, Redis, asynq)
 // and returns the tasks done so far with it.
 func Pace(ctx context.Context, client *asynq.Client, th *worker.Throttler, batchID string, tasks []*asynq.Task, opts ...BatchOption) ([]Planned, error) {
@@ -160,6 +163,25 @@ func Pace(ctx context.Context, client *asynq.Client, th *worker.Throttler, batch
 	return out, nil
 }
 
+// doneRetention is how long asynq keeps a batch's task once it is done
+// (asynq.Retention), unless the batch's TaskOptions set it: a batch run
+// again within it (a replica taking over a tick, Pace run again after a
+// crash) finds the task by its ID and enqueues it not twice. asynq deletes
+// a task without retention as soon as it succeeds, freeing its ID. Each
+// kept task costs Redis its asynq record (a few hundred bytes) meanwhile.
+const doneRetention = 24 * time.Hour
+
+// withRetention returns opts with asynq.Retention(doneRetention) added
+// when they set no retention.
+func withRetention(opts []asynq.Option) []asynq.Option {
+	for _, o := range opts {
+		if o.Type() == asynq.RetentionOpt {
+			return opts
+		}
+	}
+	return append(opts, asynq.Retention(doneRetention))
+}
+
 // errNilTask reports a nil task in a batch.
 var errNilTask = errors.New("nil task")
 
@@ -169,7 +191,7 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d: %w", batchID, index, errNilTask)
 	}
 	p := Planned{ID: fmt.Sprintf("%s:%09d", batchID, index), StartAt: time.Now()}
-	opts := append(append([]asynq.Option(nil), c.taskOpts...), asynq.TaskID(p.ID))
+	opts := append(withRetention(append([]asynq.Option(nil), c.taskOpts...)), asynq.TaskID(p.ID))
 	if c.throttler != nil {
 		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead, c.taskOpts...)
 		if err != nil {

@@ -132,6 +132,37 @@ func TestDeliverAtSlot(t *testing.T) {
 	}
 }
 
+// TestPaceAgainRunsNothingTwice: a batch whose tasks have all run, paced
+// again with the same ID (a crash before Pace returned, a replica taking
+// a tick over), enqueues none of them again: asynq keeps a done task for
+// a day, and its ID with it. (asynq deletes a task that succeeds; its ID
+// was then free, and the batch ran twice.)
+func TestPaceAgainRunsNothingTwice(t *testing.T) {
+	tg := redistest.New(t)
+	th := pacingThrottler(t, tg, 20, nil)
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 5, th, log.Handler(0))
+	tasks := []*asynq.Task{asynq.NewTask("sync", []byte("a")), asynq.NewTask("sync", []byte("b")), asynq.NewTask("sync", []byte("c"))}
+	pace := func() []scheduler.Planned {
+		t.Helper()
+		planned, err := scheduler.Pace(context.Background(), f.Client, th, "nightly", tasks, scheduler.TaskOptions(asynq.Queue(f.Queue)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return planned
+	}
+	pace()
+	f.WaitDone(t, &log, len(tasks), 10*time.Second)
+	for i, p := range pace() {
+		if p.Enqueued {
+			t.Errorf("task %d, done, was enqueued again: %+v", i, p)
+		}
+	}
+	if waiting := tasksIn(t, f.Inspector, f.Queue); len(waiting) > 0 || log.Count() != len(tasks) {
+		t.Fatalf("%d tasks waiting to run again, %d runs of %d tasks; want none waiting, each run once", len(waiting), log.Count(), len(tasks))
+	}
+}
+
 // TestPaceAgainTakesNothingTwice: running the same batch again, after a
 // crash say, neither enqueues a task twice nor books its slots again.
 func TestPaceAgainTakesNothingTwice(t *testing.T) {
