@@ -2,14 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
-	"github.com/jobthrottle/jobthrottle/worker"
 	"github.com/robfig/cron/v3"
 )
 
@@ -141,7 +139,7 @@ func (s *Scheduler) produce(ctx context.Context, e *entry, tick time.Time) (unfi
 	err = e.producer.produce(context.WithValue(ctx, tickKey{}, tick), func(task *asynq.Task) error {
 		_, err := e.batch.enqueue(ctx, s.enqueue, &clock, id, index, task)
 		index++
-		if err != nil && !errors.Is(err, worker.ErrThrottled) && !errors.Is(err, errNilTask) {
+		if retryable(err) {
 			unfinished = true
 		}
 		return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jobthrottle/jobthrottle/internal/lead"
+	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/jobthrottle/jobthrottle/worker"
 )
 
@@ -182,20 +184,41 @@ func withRetention(opts []asynq.Option) []asynq.Option {
 	return append(opts, asynq.Retention(doneRetention))
 }
 
-// errNilTask reports a nil task in a batch.
-var errNilTask = errors.New("nil task")
+// errBadTask reports a task of a batch that no run could enqueue: nil, or
+// of no type.
+var errBadTask = errors.New("a task asynq cannot take")
+
+// taskFault wraps an error of a batch's task that running the batch again
+// would meet again (see retryable).
+type taskFault struct{ err error }
+
+func (e *taskFault) Error() string { return e.err.Error() }
+func (e *taskFault) Unwrap() error { return e.err }
+
+// retryable reports whether a batch cut short by err, an error of
+// enqueue, may get past it when run again: Redis or asynq failed, or the
+// run was stopped; not the task (its key, its cost, a booking beyond
+// BookAhead, no type).
+func retryable(err error) bool {
+	var fault *taskFault
+	return err != nil && !errors.As(err, &fault)
+}
 
 // enqueue books (when paced) and enqueues the index-th task of a batch.
 func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *batchClock, batchID string, index int, task *asynq.Task) (Planned, error) {
-	if task == nil {
-		return Planned{}, fmt.Errorf("scheduler: batch %s: task %d: %w", batchID, index, errNilTask)
+	if task == nil || strings.TrimSpace(task.Type()) == "" {
+		return Planned{}, &taskFault{fmt.Errorf("scheduler: batch %s: task %d: %w", batchID, index, errBadTask)}
 	}
 	p := Planned{ID: fmt.Sprintf("%s:%09d", batchID, index), StartAt: time.Now()}
 	opts := append(withRetention(append([]asynq.Option(nil), c.taskOpts...)), asynq.TaskID(p.ID))
 	if c.throttler != nil {
 		booking, err := c.throttler.Book(ctx, task, p.ID, c.bookAhead, c.taskOpts...)
 		if err != nil {
-			return p, fmt.Errorf("scheduler: batch %s: booking task %d: %w", batchID, index, err)
+			err = fmt.Errorf("scheduler: batch %s: booking task %d: %w", batchID, index, err)
+			if !errors.Is(err, throttle.ErrUnavailable) && ctx.Err() == nil {
+				err = &taskFault{err} // its key, its cost, beyond BookAhead
+			}
+			return p, err
 		}
 		p.StartAt = clock.local(booking)
 		deliver := p.StartAt
@@ -208,7 +231,8 @@ func (c *batchConfig) enqueue(ctx context.Context, client *asynq.Client, clock *
 	}
 	_, err := client.EnqueueContext(ctx, task, opts...)
 	switch {
-	case errors.Is(err, asynq.ErrTaskIDConflict):
+	case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
+		// There already, or one it duplicates (asynq.Unique) is.
 		return p, nil
 	case err != nil:
 		return p, fmt.Errorf("scheduler: batch %s: enqueueing task %d: %w", batchID, index, err)

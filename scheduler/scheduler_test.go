@@ -211,6 +211,64 @@ func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 	}
 }
 
+// TestATaskNoRunCouldEnqueueEndsItsTick: a batch with a task asynq cannot
+// take (no type) is reported once and its tick ends, the tasks before it
+// enqueued; another replica does not run it again every look for lapsed
+// ticks (it once did, for a day). A batch cut short by Redis is, as
+// TestAStoppedTicksBatchIsFinishedElsewhere shows.
+func TestATaskNoRunCouldEnqueueEndsItsTick(t *testing.T) {
+	tg := redistest.New(t)
+	queue, inspector := queueOf(t, tg)
+	var mu sync.Mutex
+	var failures []*scheduler.EntryError
+	runs := 0
+	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet,
+		scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
+			mu.Lock()
+			failures = append(failures, e)
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		return []*asynq.Task{asynq.NewTask("sync", nil), asynq.NewTask(" ", nil), asynq.NewTask("sync", []byte("after"))}, nil
+	}), scheduler.TaskOptions(asynq.Queue(queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Truncate(time.Hour).Add(time.Hour)
+	clock := newFakeClock(t, nil, hour.Add(-time.Second), s)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
+	clock.Advance(time.Second)
+	eventually(t, "the failure reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures) == 1
+	})
+	for range 3 {
+		clock.Advance(scheduler.RecoverEvery)
+		eventually(t, "the look for lapsed ticks waiting again", func() bool { return clock.Waiting() == 2 })
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 || len(failures) != 1 || !strings.Contains(failures[0].Error(), "a task asynq cannot take") {
+		t.Fatalf("%d runs, failures %v; want one run and its one failure", runs, failures)
+	}
+	if n := len(tasksIn(t, inspector, queue)); n != 1 {
+		t.Fatalf("%d tasks enqueued; want the one before the task of no type", n)
+	}
+}
+
 func TestStopCancelsProducersAndWaits(t *testing.T) {
 	tg := redistest.New(t)
 	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet)
