@@ -85,14 +85,34 @@ func (s *Scheduler) run(ctx context.Context, e *entry) {
 	}
 }
 
-// fire runs one tick if this replica wins its claim.
+// fire runs one tick if this replica wins its claim. A claim Redis fails
+// is asked again every recoverEvery, for as long as a lapsed tick would be
+// taken over (recoverWithin), so that a tick that came while Redis was
+// away is produced once it is back; the first failure is reported.
 func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
-	won, err := s.claim(ctx, s.claimsOf(e.name), claimTake, tick.UnixMicro(), claimLease)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		s.report(&EntryError{Entry: e.name, Tick: tick, Err: fmt.Errorf("claiming the tick: %w", err)})
-	case err == nil && won == 1:
-		s.produceClaimed(ctx, e, tick)
+	for reported := false; ; {
+		won, err := s.claim(ctx, s.claimsOf(e.name), claimTake, tick.UnixMicro(), claimLease)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			if won == 1 {
+				s.produceClaimed(ctx, e, tick)
+			}
+			return
+		case !reported:
+			s.report(&EntryError{Entry: e.name, Tick: tick, Err: fmt.Errorf("claiming the tick (asked again every %s): %w", recoverEvery, err)})
+			reported = true
+		}
+		again := s.clock.Now().Add(recoverEvery)
+		if again.Sub(tick) > recoverWithin {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clock.At(again):
+		}
 	}
 }
 

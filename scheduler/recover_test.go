@@ -214,6 +214,64 @@ func TestADeadReplicasTickIsTakenOver(t *testing.T) {
 	}
 }
 
+// TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn: a replica that
+// cannot reach Redis at a tick reports it, asks for the tick's claim again
+// every look, and produces the tick once Redis is back. (The tick was
+// lost: nothing had recorded it.)
+func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
+	tg := redistest.Embedded(t)
+	queue, inspector := queueOf(t, tg)
+	redistest.QuietRedisLog()
+	proxy := redistest.NewProxy(t, tg.Mini.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	var mu sync.Mutex
+	var failures []*scheduler.EntryError
+	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
+		mu.Lock()
+		failures = append(failures, e)
+		mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
+		return []*asynq.Task{asynq.NewTask("sync", nil)}, nil
+	}), scheduler.TaskOptions(asynq.Queue(queue)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := redistest.Start.Truncate(time.Hour).Add(time.Hour)
+	clock := newFakeClock(t, tg, hour.Add(-time.Second), s)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
+	proxy.Pause()
+	clock.Advance(time.Second)
+	eventually(t, "the failed claim reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures) == 1
+	})
+	eventually(t, "the claim to be asked again", func() bool { return clock.Waiting() == 3 })
+	proxy.DropConnections()
+	proxy.Resume()
+	clock.Advance(scheduler.RecoverEvery)
+	eventually(t, "the tick produced", func() bool { return len(tasksIn(t, inspector, queue)) == 1 })
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tasks := tasksIn(t, inspector, queue); len(tasks) != 1 || tasks[0].ID != "nightly@"+hour.UTC().Format(time.RFC3339)+":000000000" {
+		t.Fatalf("tasks %v; want the tick's one task", tasks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "claiming the tick") {
+		t.Fatalf("failures %v; want the one failed claim", failures)
+	}
+}
+
 // TestTicksAreUTCByDefault: a spec without CRON_TZ= ticks in UTC whatever
 // the machine's time zone, so that replicas on machines set to different
 // zones agree on every tick. The zone is the process's, so the test runs
