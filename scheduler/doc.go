@@ -7,7 +7,7 @@
 // per replica. This package does neither:
 //
 //	s, _ := scheduler.New(rdb)
-//	err := s.Add("resync", "CRON_TZ=Europe/Berlin 0 2 * * *",
+//	err := s.Add("resync", "CRON_TZ=Europe/Berlin 30 3 * * *",
 //		scheduler.Stream(func(ctx context.Context, emit func(*asynq.Task) error) error {
 //			for _, c := range customers(ctx) {
 //				if err := emit(asynq.NewTask("partner:sync", c.JSON())); err != nil {

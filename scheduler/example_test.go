@@ -90,7 +90,7 @@ func ExampleScheduler_Add() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = s.Add("nightly-resync", "CRON_TZ=Europe/Berlin 0 2 * * *",
+	err = s.Add("nightly-resync", "CRON_TZ=Europe/Berlin 30 3 * * *",
 		scheduler.Stream(func(ctx context.Context, emit func(*asynq.Task) error) error {
 			// Build the batch from the scheduled time, not the clock: a batch
 			// cut short is produced again, and must emit the same tasks.

@@ -17,15 +17,19 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | 
 // loc. "@every d" ticks at the multiples of d since the Unix epoch (robfig's
 // counts from when each process started, so replicas would tick apart).
 func parseSpec(spec string, loc *time.Location) (cron.Schedule, error) {
-	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") && !strings.HasPrefix(spec, "@every") {
-		spec = "CRON_TZ=" + loc.String() + " " + spec
-	}
 	schedule, err := specParser.Parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	if every, ok := schedule.(cron.ConstantDelaySchedule); ok {
-		return everySchedule{every.Delay}, nil
+	switch s := schedule.(type) {
+	case cron.ConstantDelaySchedule:
+		return everySchedule{s.Delay}, nil
+	case *cron.SpecSchedule:
+		if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
+			// Set here, not written into the spec as CRON_TZ=: a zone
+			// made with time.FixedZone has a name no parser can load.
+			s.Location = loc
+		}
 	}
 	return schedule, nil
 }

@@ -43,3 +43,34 @@ func TestEveryTicksAlikeOnEveryReplica(t *testing.T) {
 		t.Fatalf("a daily entry remembers a finished tick %s; want a day", keep)
 	}
 }
+
+// TestSpecsAreReadInTheLocationGiven: a spec without CRON_TZ= is read in
+// the scheduler's location, a fixed zone (time.FixedZone, which no parser
+// can load by name) as well as a named one; a spec that names its zone
+// keeps it.
+func TestSpecsAreReadInTheLocationGiven(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		spec string
+		loc  *time.Location
+		want time.Time
+	}{
+		{"0 2 * * *", time.FixedZone("UTC+2", 2*3600), time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)},
+		{"@daily", time.FixedZone("UTC-5", -5*3600), time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)},
+		{"0 2 * * *", berlin, time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)},
+		{"CRON_TZ=Asia/Tokyo 0 2 * * *", time.FixedZone("UTC+2", 2*3600), time.Date(2026, 12, 5, 17, 0, 0, 0, time.UTC)},
+	} {
+		schedule, err := parseSpec(tc.spec, tc.loc)
+		if err != nil {
+			t.Errorf("%q in %s: %v", tc.spec, tc.loc, err)
+			continue
+		}
+		if got := schedule.Next(from); !got.Equal(tc.want) {
+			t.Errorf("%q in %s: next after %s is %s; want %s", tc.spec, tc.loc, from, got.UTC(), tc.want)
+		}
+	}
+}

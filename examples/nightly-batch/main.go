@@ -64,7 +64,7 @@ func main() {
 	defer srv.Shutdown()
 
 	// The nightly job; here every 2 seconds, once. In production:
-	// "CRON_TZ=Europe/Berlin 0 2 * * *".
+	// "CRON_TZ=Europe/Berlin 30 3 * * *".
 	sched, err := scheduler.New(rdb)
 	if err != nil {
 		log.Fatal(err)
