@@ -226,17 +226,20 @@ func (s *Scheduler) Start() error {
 // and waits for them to return, or for ctx to end, whichever comes first;
 // in the latter case it returns ctx's error. The ticks of producers cut
 // short are released at once, and another replica produces them again
-// within a few seconds (see the package documentation). Stop on a scheduler
-// that is not running returns nil.
+// within a few seconds (see the package documentation). Stop again waits
+// again for the producers a stop that ran out of time left running. Stop
+// on a scheduler never started returns nil.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	if s.state != 1 {
+	switch s.state {
+	case 0:
 		s.state = 2
 		s.mu.Unlock()
 		return nil
+	case 1:
+		s.state = 2
+		s.cancel()
 	}
-	s.state = 2
-	s.cancel()
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {

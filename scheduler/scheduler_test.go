@@ -314,8 +314,7 @@ func TestStopHonoursItsContext(t *testing.T) {
 	tg := redistest.New(t)
 	s, _ := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet)
 	started := make(chan struct{}, 1)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
+	release := make(chan struct{}, 1)
 	_ = s.Add("stubborn", "* * * * * *", scheduler.Stream(func(ctx context.Context, emit func(*asynq.Task) error) error {
 		select {
 		case started <- struct{}{}:
@@ -333,6 +332,16 @@ func TestStopHonoursItsContext(t *testing.T) {
 	defer cancel()
 	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop with a producer that never returns: %v", err)
+	}
+	// Stop again waits again: a shutdown that tries once more, longer.
+	again, cancelAgain := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelAgain()
+	if err := s.Stop(again); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop again, the producer still running: %v; want it to wait again", err)
+	}
+	release <- struct{}{}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop once the producer returned: %v", err)
 	}
 }
 
