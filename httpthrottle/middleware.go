@@ -25,8 +25,6 @@ type Middleware struct {
 	trusted []netip.Prefix
 	name    string
 	logger  *slog.Logger
-	// policy is the RateLimit-Policy field, the same on every response.
-	policy  string
 	observe func(context.Context, Event) // nil: none
 }
 
@@ -67,8 +65,6 @@ func NewMiddleware(limiter *throttle.Limiter, opts ...MiddlewareOption) (*Middle
 			return nil, err
 		}
 	}
-	quota, window := policyQuota(limiter.Policy())
-	m.policy = fmt.Sprintf("%q;q=%d;w=%d", m.name, quota, ceilSeconds(window, 1))
 	return m, nil
 }
 
@@ -182,7 +178,12 @@ func (m *Middleware) report(ctx context.Context, e Event) {
 // writeFields sets the rate limit fields of a decision.
 func (m *Middleware) writeFields(h http.Header, res throttle.Result) {
 	reset := strconv.FormatInt(ceilSeconds(res.ResetAfter, 0), 10)
-	h.Set("RateLimit-Policy", m.policy)
+	policy := res.Policy() // the one in force: a live or per-key one too
+	if policy == nil {
+		policy = m.limiter.Policy()
+	}
+	quota, window := policyQuota(policy)
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", m.name, quota, ceilSeconds(window, 1)))
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%s", m.name, res.Remaining, reset))
 	h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))

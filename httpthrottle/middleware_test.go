@@ -155,6 +155,40 @@ func TestInboundWhenRedisRefuses(t *testing.T) {
 	}
 }
 
+// TestThePolicyFieldIsThePolicyInForce: RateLimit-Policy names the policy
+// that decided, a stored one for a live limiter (throttle.PolicyStore), not
+// the one written in code, and agrees with X-RateLimit-Limit.
+func TestThePolicyFieldIsThePolicyInForce(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "api", throttle.FixedWindow{Limit: 50, Window: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	limiter, err := throttle.New(tg.Client, "api", throttle.FixedWindow{Limit: 5, Window: 10 * time.Second},
+		throttle.WithPrefix(tg.Prefix), throttle.WithLivePolicies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := httpthrottle.NewMiddleware(limiter, quiet)
+	h := m.Handler(okHandler())
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		resp := serve(h, "203.0.113.7:51000")
+		got, limit := resp.Header.Get("RateLimit-Policy"), resp.Header.Get("X-RateLimit-Limit")
+		if got == `"default";q=50;w=30` && limit == "50" {
+			return
+		}
+		if limit == "50" || time.Now().After(deadline) {
+			t.Fatalf("RateLimit-Policy %s with X-RateLimit-Limit %s; want the stored policy's, q=50;w=30", got, limit)
+		}
+		time.Sleep(50 * time.Millisecond) // the stored policy applies within a second
+	}
+}
+
 // deadRedis returns a client of a Redis that is not there.
 func deadRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()

@@ -50,3 +50,13 @@ type Result struct {
 	// policy is the policy that decided, for observers.
 	policy *spec
 }
+
+// Policy returns the policy that decided: the limiter's own, or the one
+// stored for its name or for the key (WithLivePolicies, plans) when that
+// one was in force. Nil for a Result not made by a limiter.
+func (r Result) Policy() Policy {
+	if r.policy == nil {
+		return nil
+	}
+	return r.policy.policy
+}
