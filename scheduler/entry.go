@@ -125,10 +125,16 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
 // make that run enqueue only what is missing.
 func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time) {
 	c := s.claimsOf(e.name)
-	done := make(chan struct{})
-	go s.keepClaim(c, tick.UnixMicro(), done)
+	done, renewing := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(renewing)
+		s.keepClaim(c, tick.UnixMicro(), done)
+	}()
 	unfinished, err := s.produce(ctx, e, tick)
 	close(done)
+	// No renewal in flight may land after the release below (it would hold
+	// the tick 6 s more) or after Stop returns.
+	<-renewing
 	if err != nil {
 		s.report(&EntryError{Entry: e.name, Tick: tick, Err: err})
 	}
