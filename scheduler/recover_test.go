@@ -225,13 +225,8 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 	proxy := redistest.NewProxy(t, tg.Mini.Addr())
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { client.Close() })
-	var mu sync.Mutex
-	var failures []*scheduler.EntryError
-	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
-		mu.Lock()
-		failures = append(failures, e)
-		mu.Unlock()
-	}))
+	var failures reported
+	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,11 +244,7 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
 	proxy.Pause()
 	clock.Advance(time.Second)
-	eventually(t, "the failed claim reported", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(failures) == 1
-	})
+	eventually(t, "the failed claim reported", func() bool { return len(failures.all()) == 1 })
 	eventually(t, "the claim to be asked again", func() bool { return clock.Waiting() == 3 })
 	proxy.DropConnections()
 	proxy.Resume()
@@ -265,10 +256,8 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 	if tasks := tasksIn(t, inspector, queue); len(tasks) != 1 || tasks[0].ID != "nightly@"+hour.UTC().Format(time.RFC3339)+":000000000" {
 		t.Fatalf("tasks %v; want the tick's one task", tasks)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "claiming the tick") {
-		t.Fatalf("failures %v; want the one failed claim", failures)
+	if got := failures.all(); len(got) != 1 || !strings.Contains(got[0].Error(), "claiming the tick") {
+		t.Fatalf("failures %v; want the one failed claim", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -152,17 +153,33 @@ func TestTicksFireOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
+// reported collects the failures a scheduler reports.
+type reported struct {
+	mu   sync.Mutex
+	errs []*scheduler.EntryError
+}
+
+// option has the scheduler report its failures to r.
+func (r *reported) option() scheduler.Option {
+	return scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
+		r.mu.Lock()
+		r.errs = append(r.errs, e)
+		r.mu.Unlock()
+	})
+}
+
+// all returns the failures reported so far.
+func (r *reported) all() []*scheduler.EntryError {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errs)
+}
+
 func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 	tg := redistest.New(t)
 	queue, inspector := queueOf(t, tg)
-	var mu sync.Mutex
-	var failures []*scheduler.EntryError
-	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet,
-		scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
-			mu.Lock()
-			failures = append(failures, e)
-			mu.Unlock()
-		}))
+	var failures reported
+	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,16 +201,12 @@ func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 	clock.Advance(time.Second)
 	clock.Advance(time.Second)
 	eventually(t, "two ticks of every entry done", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(failures) >= 4 && len(tasksIn(t, inspector, queue)) >= 2
+		return len(failures.all()) >= 4 && len(tasksIn(t, inspector, queue)) >= 2
 	})
 	must(s.Stop(context.Background()))
 
-	mu.Lock()
-	defer mu.Unlock()
 	var failed, panicked int
-	for _, f := range failures {
+	for _, f := range failures.all() {
 		switch {
 		case f.Entry == "failing" && errors.Is(f, boom):
 			failed++
@@ -219,22 +232,14 @@ func TestFailingEntriesAreReportedAndOthersGoOn(t *testing.T) {
 func TestATaskNoRunCouldEnqueueEndsItsTick(t *testing.T) {
 	tg := redistest.New(t)
 	queue, inspector := queueOf(t, tg)
-	var mu sync.Mutex
-	var failures []*scheduler.EntryError
-	runs := 0
-	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet,
-		scheduler.WithErrorHandler(func(e *scheduler.EntryError) {
-			mu.Lock()
-			failures = append(failures, e)
-			mu.Unlock()
-		}))
+	var failures reported
+	var runs atomic.Int32
+	s, err := scheduler.New(tg.Client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
-		mu.Lock()
-		runs++
-		mu.Unlock()
+		runs.Add(1)
 		return []*asynq.Task{asynq.NewTask("sync", nil), asynq.NewTask(" ", nil), asynq.NewTask("sync", []byte("after"))}, nil
 	}), scheduler.TaskOptions(asynq.Queue(queue)))
 	if err != nil {
@@ -247,11 +252,7 @@ func TestATaskNoRunCouldEnqueueEndsItsTick(t *testing.T) {
 	}
 	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
 	clock.Advance(time.Second)
-	eventually(t, "the failure reported", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(failures) == 1
-	})
+	eventually(t, "the failure reported", func() bool { return len(failures.all()) == 1 })
 	for range 3 {
 		clock.Advance(scheduler.RecoverEvery)
 		eventually(t, "the look for lapsed ticks waiting again", func() bool { return clock.Waiting() == 2 })
@@ -259,10 +260,8 @@ func TestATaskNoRunCouldEnqueueEndsItsTick(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if runs != 1 || len(failures) != 1 || !strings.Contains(failures[0].Error(), "a task asynq cannot take") {
-		t.Fatalf("%d runs, failures %v; want one run and its one failure", runs, failures)
+	if got := failures.all(); runs.Load() != 1 || len(got) != 1 || !strings.Contains(got[0].Error(), "a task asynq cannot take") {
+		t.Fatalf("%d runs, failures %v; want one run and its one failure", runs.Load(), got)
 	}
 	if n := len(tasksIn(t, inspector, queue)); n != 1 {
 		t.Fatalf("%d tasks enqueued; want the one before the task of no type", n)
