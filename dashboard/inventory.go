@@ -87,6 +87,7 @@ func (inv *inventory) keys(ctx context.Context) (map[string]*limiterKeys, error)
 type reader struct {
 	policy string // what it was built with, to notice a change
 	leased bool   // with leased shares (WithLeasedShares), to notice a change
+	live   bool   // with stored policies (WithLivePolicies), to notice a change
 	rate   *throttle.Limiter
 	conc   *throttle.ConcurrencyLimiter
 }
@@ -96,7 +97,7 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	if rd := inv.readers[v.Name]; rd != nil && rd.policy == policy && rd.leased == v.Leased {
+	if rd := inv.readers[v.Name]; rd != nil && rd.policy == policy && rd.leased == v.Leased && rd.live == v.Live {
 		return rd, nil
 	}
 	rd, err := inv.newReader(v)
@@ -107,10 +108,12 @@ func (inv *inventory) readerFor(v limiterView) (*reader, error) {
 }
 
 // newReader returns a new reader of v's keys under its policy in code, else
-// the one stored for it; nil when neither is known.
+// the one stored for it; nil when neither is known. A live limiter's
+// reader applies its stored policies as its processes do, for its name
+// and for each key.
 func (inv *inventory) newReader(v limiterView) (*reader, error) {
 	policy := cmp.Or(v.CodePolicy, v.StoredPolicy)
-	rd := &reader{policy: policy, leased: v.Leased}
+	rd := &reader{policy: policy, leased: v.Leased, live: v.Live}
 	opts := []throttle.Option{throttle.WithPrefix(inv.h.cfg.prefix), throttle.WithLogger(slog.New(slog.DiscardHandler)),
 		keyspace.Inspecting.(throttle.Option)}
 	client := inv.h.client
@@ -132,6 +135,9 @@ func (inv *inventory) newReader(v limiterView) (*reader, error) {
 		if v.Leased {
 			// Reads the rest the shares leave; holds no share itself.
 			opts = append(opts, throttle.WithLeasedShares(0))
+		}
+		if v.Live {
+			opts = append(opts, throttle.WithLivePolicies())
 		}
 		rd.rate, err = throttle.New(client, v.Name, p, opts...)
 	}

@@ -125,6 +125,61 @@ func TestDashboardPlanKey(t *testing.T) {
 	}
 }
 
+// TestDashboardReadsALiveLimiterUnderItsStoredPolicies: the keys of a live
+// limiter (throttle.WithLivePolicies) are read under the policies its
+// processes apply, the one stored for its name and one stored for a key,
+// not under the policy in code.
+func TestDashboardReadsALiveLimiterUnderItsStoredPolicies(t *testing.T) {
+	tgt := redistest.New(t)
+	ctx := context.Background()
+	store, err := throttle.NewPolicyStore(tgt.Client, tgt.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(20), Burst: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(50), Burst: 50}, "vip"); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := dashboard.NewPublisher(tgt.Client, dashboard.WithPublishPrefix(tgt.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := throttle.New(tgt.Client, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10},
+		throttle.WithPrefix(tgt.Prefix), throttle.WithObserver(pub), throttle.WithLivePolicies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"vip", "basic"} {
+		if r, err := l.Allow(ctx, key); err != nil || !r.Allowed {
+			t.Fatalf("Allow(%s): %+v, %v", key, r, err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := serveDashboard(t, tgt)
+	for _, tc := range []struct {
+		key, policy string
+		limit       int
+	}{
+		{"vip", "gcra:50/1m:50", 50},
+		{"basic", "gcra:20/1m:20", 20},
+	} {
+		var key struct {
+			State struct {
+				Policy           string
+				Limit, Remaining int
+			}
+		}
+		s.getJSON(t, "/ops/api/key?"+q("name", "partner-api", "key", tc.key), &key)
+		if key.State.Policy != tc.policy || key.State.Limit != tc.limit || key.State.Remaining != tc.limit-1 {
+			t.Errorf("%s: %+v; want %s, %d of %d left", tc.key, key.State, tc.policy, tc.limit-1, tc.limit)
+		}
+	}
+}
+
 // TestDashboardHidesRedisErrors: when Redis cannot answer, the page says
 // so without naming Redis's address.
 func TestDashboardHidesRedisErrors(t *testing.T) {
