@@ -180,6 +180,36 @@ func TestDashboardReadsALiveLimiterUnderItsStoredPolicies(t *testing.T) {
 	}
 }
 
+// TestCodePoliciesGivenFillInOnly: a policy given with WithCodePolicies
+// (a file of limits, say) stands for a limiter that records nothing, and
+// gives way to the policy a limiter's processes record themselves.
+func TestCodePoliciesGivenFillInOnly(t *testing.T) {
+	tgt := redistest.New(t)
+	ctx := context.Background()
+	l, err := throttle.New(tgt.Client, "partner-api", throttle.GCRA{Rate: throttle.PerMinute(50), Burst: 50}, throttle.WithPrefix(tgt.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, "tenant-1"); err != nil { // its first decision records it
+		t.Fatal(err)
+	}
+	stale := throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 5}
+	s := serveDashboard(t, tgt, dashboard.WithCodePolicies(map[string]throttle.Policy{"partner-api": stale, "exports": stale}))
+	var overview struct {
+		Limiters []struct{ Name, CodePolicy string }
+	}
+	s.getJSON(t, "/ops/api/overview", &overview)
+	want := map[string]string{"partner-api": "gcra:50/1m:50", "exports": "gcra:10/1m:5"}
+	if len(overview.Limiters) != len(want) {
+		t.Fatalf("overview: %+v; want %v", overview.Limiters, want)
+	}
+	for _, v := range overview.Limiters {
+		if v.CodePolicy != want[v.Name] {
+			t.Errorf("%s: in code %s; want %s", v.Name, v.CodePolicy, want[v.Name])
+		}
+	}
+}
+
 // TestDashboardHidesRedisErrors: when Redis cannot answer, the page says
 // so without naming Redis's address.
 func TestDashboardHidesRedisErrors(t *testing.T) {

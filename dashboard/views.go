@@ -128,8 +128,13 @@ func (h *Handler) limiters(ctx context.Context, now time.Time, withCounts bool) 
 			v.Kind = kindConcurrency
 		}
 	}
+	// The policies given (WithCodePolicies) fill in only for limiters
+	// that neither publish nor record themselves: those that do say what
+	// their processes run.
 	for name, p := range h.cfg.policies {
-		get(name).CodePolicy = p.String()
+		if v := get(name); v.CodePolicy == "" {
+			v.CodePolicy = p.String()
+		}
 	}
 	out := make([]limiterView, 0, len(views))
 	for _, v := range views {
