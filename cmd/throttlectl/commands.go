@@ -247,7 +247,7 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 			return policy{}, err
 		}
 		if stored != nil {
-			p.rate, p.source, p.rules, p.leased = stored, "stored", entry.Rules, entry.Leased
+			p.rate, p.source, p.rules, p.leased, p.live = stored, "stored", entry.Rules, entry.Leased, true
 			return p, nil
 		}
 	}
@@ -255,7 +255,7 @@ func (a *app) lookUpPolicy(ctx context.Context, client redis.UniversalClient, na
 		if p, err = parsePolicy(form); err != nil {
 			return policy{}, fmt.Errorf("the registry of names holds %q for the limiter %q: %w", form, name, err)
 		}
-		p.name, p.source, p.rules, p.leased = name, "code", entry.Rules, entry.Leased
+		p.name, p.source, p.rules, p.leased, p.live = name, "code", entry.Rules, entry.Leased, live
 		return p, nil
 	}
 	if inCode[name] != "" {

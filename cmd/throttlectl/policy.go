@@ -21,6 +21,9 @@ type policy struct {
 	source string
 	rules  []string // the worker's rules that use the limiter (the registry's)
 	leased bool     // its limiters decide from leased shares (the registry's)
+	// live: its limiters apply stored policies, the limiter's and each
+	// key's (stored, or the registry says so)
+	live bool
 }
 
 // known reports whether the policy is known, not only the name.

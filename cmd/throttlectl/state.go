@@ -32,6 +32,9 @@ func newLimiter(client redis.UniversalClient, prefix string, p policy) (*limiter
 	if p.leased {
 		opts = append(opts, throttle.WithLeasedShares(0)) // reads the shares' rest; holds none
 	}
+	if p.live && p.rate != nil {
+		opts = append(opts, throttle.WithLivePolicies()) // a key's own stored policy too, as its processes apply it
+	}
 	var err error
 	if p.rate != nil {
 		l.rate, err = throttle.New(client, p.name, p.rate, opts...)
@@ -108,7 +111,10 @@ func (l *limiter) peek(ctx context.Context, caller string) (state, error) {
 	} else {
 		p := l.spec.rate
 		if inForce, err := l.rate.PolicyFor(ctx, caller); err == nil {
-			p = inForce // a stored one, maybe
+			if inForce.String() != p.String() {
+				s.source = "stored" // the key's own
+			}
+			p = inForce
 		}
 		s.policy, s.limits = p.String(), limitsOf(p)
 		r, err = l.rate.Peek(ctx, caller)

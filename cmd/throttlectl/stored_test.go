@@ -171,4 +171,10 @@ func TestTopPeeksNamedLimiters(t *testing.T) {
 	if len(listed) != 1 || listed[0].Policy != "gcra:2/1m:2" || listed[0].PolicySource != "stored" || listed[0].Remaining != 1 {
 		t.Errorf("top with a stored policy = %+v", listed)
 	}
+	// A key's own stored policy is the one its row reads under.
+	c.ok("set", "--key", "acme", "exports", "gcra:5/1m:5")
+	c.okJSON(&listed, "top", "--all")
+	if len(listed) != 1 || listed[0].Policy != "gcra:5/1m:5" || listed[0].PolicySource != "stored" || listed[0].Remaining != 4 {
+		t.Errorf("top with a policy stored for the key = %+v", listed)
+	}
 }
