@@ -150,8 +150,15 @@ func (h *Handler) act(ctx context.Context, v limiterView, req actionRequest) (st
 			return "", bad("a concurrency cap has no block")
 		}
 		if req.Action == "unblock" {
+			blocked, err := rd.rate.BlockedFor(ctx, req.Key)
+			if err != nil {
+				return "", invalid(err)
+			}
+			if blocked == 0 {
+				return strconv.Quote(req.Key) + " was not blocked: nothing changed", nil
+			}
 			done := "unblocked " + strconv.Quote(req.Key)
-			if v.Algorithm == "gcra" || v.Algorithm == "tb" {
+			if (v.Algorithm == "gcra" || v.Algorithm == "tb") && !v.Leased {
 				done += " (a TokenBucket or GCRA keeps its block in its state: the key was reset, its bookings and waiting room cleared)"
 			}
 			return done, invalid(rd.rate.Unblock(ctx, req.Key))

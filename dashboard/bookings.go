@@ -61,10 +61,12 @@ func (h *Handler) bookings(ctx context.Context, v limiterView, caller string, no
 	}
 	b.Meter = true
 	state := rd.rate.Key(caller)
-	var retryAfter time.Duration
-	if r, err := rd.rate.Peek(ctx, caller); err == nil {
-		b.AheadMs, retryAfter = r.ResetAfter.Milliseconds(), r.RetryAfter
+	r, err := rd.rate.Peek(ctx, caller)
+	if err != nil {
+		return b, err // not "capacity taken for the next 0s"
 	}
+	b.AheadMs = r.ResetAfter.Milliseconds()
+	retryAfter := r.RetryAfter
 	pipe := h.client.Pipeline()
 	generation := pipe.Get(ctx, state+keyspace.TicketsSuffix)
 	room := pipe.ZCard(ctx, state+keyspace.RoomSuffix)

@@ -384,6 +384,23 @@ func TestDashboardActions(t *testing.T) {
 			t.Errorf("%s: answered %s, but Redis does not show it", st.body, body)
 		}
 	}
+	// Unblocking a key that is not blocked says so and changes nothing (it
+	// once said the key was reset).
+	if _, err := s.limiter.Allow(ctx, "tenant-1"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.limiter.Peek(ctx, "tenant-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := s.post(t, action("action", "unblock", "name", "partner-api", "key", "tenant-1"), nil)
+	after, err := s.limiter.Peek(ctx, "tenant-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != 200 || !strings.Contains(body, "was not blocked: nothing changed") || after.Remaining != before.Remaining {
+		t.Errorf("unblocking a key not blocked: %d %s, %d left before and %d after; want it said, nothing changed", status, body, before.Remaining, after.Remaining)
+	}
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {

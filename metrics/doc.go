@@ -108,9 +108,10 @@
 // asynq task types. The task types are assumed to be bounded by the
 // application, as they are when handlers are registered by type; do not
 // put tenant or record identifiers in task types. The number of series is
-// at most limiters × 4 ops × 4 outcomes for decisions_total, and task types
-// × (rules + 1) × 8 events for worker_tasks_total. Invalid UTF-8 in a label
-// value is replaced with U+FFFD rather than refused.
+// at most limiters × 5 ops (allow, peek, reserve, acquire, share) × 4
+// outcomes for decisions_total, and task types × (rules + 1) × 8 events for
+// worker_tasks_total. Invalid UTF-8 in a label value is replaced with
+// U+FFFD rather than refused.
 //
 // # How failures look
 //
