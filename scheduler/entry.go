@@ -86,9 +86,10 @@ func (s *Scheduler) run(ctx context.Context, e *entry) {
 }
 
 // fire runs one tick if this replica wins its claim. A claim Redis fails
-// is asked again every recoverEvery, for as long as a lapsed tick would be
-// taken over (recoverWithin), so that a tick that came while Redis was
-// away is produced once it is back; the first failure is reported.
+// is asked again every recoverEvery until the entry's next tick comes (and
+// for no longer than a lapsed tick would be taken over, recoverWithin), so
+// that a tick that came while Redis was away is produced once it is back,
+// unless a later one has come since; the first failure is reported.
 func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
 	for reported := false; ; {
 		won, err := s.claim(ctx, s.claimsOf(e.name), claimTake, tick.UnixMicro(), claimLease)
@@ -105,8 +106,8 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, tick time.Time) {
 			reported = true
 		}
 		again := s.clock.Now().Add(recoverEvery)
-		if again.Sub(tick) > recoverWithin {
-			return
+		if again.Sub(tick) > recoverWithin || !e.schedule.Next(tick).After(s.clock.Now()) {
+			return // the next tick is the entry's now
 		}
 		select {
 		case <-ctx.Done():
