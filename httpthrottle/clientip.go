@@ -27,7 +27,7 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
-		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		hop, err := parseHop(strings.TrimSpace(hops[i]))
 		if err != nil {
 			// A malformed entry: what lies left of it cannot be trusted.
 			return peer, nil
@@ -39,6 +39,16 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
 		peer = hop
 	}
 	return peer, nil
+}
+
+// parseHop reads an X-Forwarded-For entry: an address, or an address and
+// port as some proxies write it ("198.51.100.7:4711", "[2001:db8::7]:443").
+func parseHop(s string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	return ap.Addr(), err
 }
 
 func isTrusted(ip netip.Addr, trusted []netip.Prefix) bool {

@@ -102,11 +102,14 @@ func WithTrustedProxies(cidrs ...string) MiddlewareOption {
 }
 
 // WithPolicyName names the policy in the RateLimit and RateLimit-Policy
-// fields. Default: "default".
+// fields: printable ASCII, without a quote or a backslash. Default:
+// "default".
 func WithPolicyName(name string) MiddlewareOption {
 	return middlewareOptionFunc(func(m *Middleware) error {
-		if name == "" || strings.ContainsAny(name, "\"\\") {
-			return fmt.Errorf("%w: policy name %q", ErrInvalidOption, name)
+		// The fields carry it as a structured field string: printable
+		// ASCII, and no quote or backslash (which would need escapes).
+		if name == "" || strings.ContainsAny(name, "\"\\") || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
+			return fmt.Errorf("%w: policy name %q: printable ASCII without \" or \\", ErrInvalidOption, name)
 		}
 		m.name = name
 		return nil

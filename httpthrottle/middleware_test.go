@@ -231,12 +231,15 @@ func TestTrustedProxies(t *testing.T) {
 		{"192.0.2.1:80", "198.51.100.20, 10.9.9.9", http.StatusTooManyRequests}, // two trusted hops
 		{"10.1.1.1:80", "198.51.100.21", http.StatusOK},                         // another client
 		{"10.1.1.1:80", "bogus, 198.51.100.22", http.StatusOK},                  // malformed left of a real client
+		{"10.1.1.1:80", "198.51.100.23:4711", http.StatusOK},                    // a hop written with its port
+		{"10.1.1.1:80", "198.51.100.23", http.StatusTooManyRequests},            // the same client
+		{"10.1.1.1:80", "[2001:db8::7]:443", http.StatusOK},                     // an IPv6 hop with its port
 	} {
 		if got := send(h, tc.remote, tc.xff); got != tc.want {
 			t.Errorf("from %s with X-Forwarded-For %q: %d, want %d", tc.remote, tc.xff, got, tc.want)
 		}
 	}
-	for _, opt := range []httpthrottle.MiddlewareOption{nil, httpthrottle.WithTrustedProxies("not a cidr"), httpthrottle.WithClientKey(nil), httpthrottle.WithPolicyName(`a"b`), httpthrottle.WithLogger(nil)} {
+	for _, opt := range []httpthrottle.MiddlewareOption{nil, httpthrottle.WithTrustedProxies("not a cidr"), httpthrottle.WithClientKey(nil), httpthrottle.WithPolicyName(`a"b`), httpthrottle.WithPolicyName("café"), httpthrottle.WithPolicyName("a\tb"), httpthrottle.WithLogger(nil)} {
 		if _, err := httpthrottle.NewMiddleware(limiter, opt); !errors.Is(err, httpthrottle.ErrInvalidOption) {
 			t.Errorf("option %v: %v", opt, err)
 		}
