@@ -145,10 +145,15 @@ func (s *Scheduler) produceClaimed(ctx context.Context, e *entry, tick time.Time
 		s.release(ctx, c, tick.UnixMicro())
 		return
 	}
-	_ = bounded.Finish(ctx, claimRenewal, func(ctx context.Context) error {
+	err = bounded.Finish(ctx, claimRenewal, func(ctx context.Context) error {
 		_, err := s.claim(ctx, c, claimFinish, tick.UnixMicro(), doneKeep(e.schedule, tick))
 		return err
 	})
+	if err != nil {
+		// The claim lapses unfinished, and another look produces the tick
+		// again: its tasks' IDs keep that from enqueueing them twice.
+		s.report(&EntryError{Entry: e.name, Tick: tick, Err: fmt.Errorf("marking the tick done: %w", err)})
+	}
 }
 
 // produce runs the producer, a panic turned into an error, and enqueues

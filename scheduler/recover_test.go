@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -258,6 +259,47 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 	}
 	if got := failures.all(); len(got) != 1 || !strings.Contains(got[0].Error(), "claiming the tick") {
 		t.Fatalf("failures %v; want the one failed claim", got)
+	}
+}
+
+// TestAFailureToMarkATickDoneIsReported: a tick whose producer ended but
+// whose claim Redis would not mark done is reported, not passed over in
+// silence (another replica will produce it again).
+func TestAFailureToMarkATickDoneIsReported(t *testing.T) {
+	tg := redistest.Embedded(t)
+	redistest.QuietRedisLog()
+	proxy := redistest.NewProxy(t, tg.Mini.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	var failures reported
+	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("partner API down")
+	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
+		proxy.Pause() // Redis goes as the producer ends
+		return nil, boom
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := redistest.Start.Truncate(time.Hour).Add(time.Hour)
+	clock := newFakeClock(t, tg, hour.Add(-time.Second), s)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
+	clock.Advance(time.Second)
+	eventually(t, "both failures reported", func() bool { return len(failures.all()) == 2 })
+	proxy.DropConnections()
+	proxy.Resume()
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := failures.all()
+	if !errors.Is(got[0], boom) || !strings.Contains(got[1].Error(), "marking the tick done") {
+		t.Fatalf("failures %v; want the producer's, then the failure to mark the tick done", got)
 	}
 }
 
