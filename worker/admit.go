@@ -37,7 +37,10 @@ func (t *Throttler) admit(ctx context.Context, tk *task, rules []*Rule) (*pass, 
 				}
 				_, waitedFor = p.latest()
 			}
-			t.observeAdmitted(ctx, tk, p, slept+p.delay, waitedFor)
+			func() {
+				defer p.onPanic(ctx) // an Observer's
+				t.observeAdmitted(ctx, tk, p, slept+p.delay, waitedFor)
+			}()
 			return p, nil
 		}
 		r := p.refused

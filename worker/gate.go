@@ -178,6 +178,7 @@ func (t *Throttler) tryPass(ctx context.Context, tk *task, rules []*Rule, roles 
 	if refused != nil {
 		return &pass{refused: refused}
 	}
+	defer (&pass{shared: shared}).onPanic(ctx) // what tryRules took it gives back itself
 	p := t.tryRules(ctx, tk, rules, roles, budget)
 	if p.refused != nil {
 		giveBackShares(shared)
@@ -193,6 +194,7 @@ func (t *Throttler) tryRules(ctx context.Context, tk *task, rules []*Rule, roles
 		return p
 	}
 	p := &pass{}
+	defer p.onPanic(ctx)
 	// Concurrency caps: the task waits in the cap's line, inline for as long
 	// as its budget allows (woken as soon as a slot is freed for it), and
 	// parks beyond that (see parkInLine).
@@ -402,6 +404,17 @@ func (p *pass) latest() (time.Time, cause) {
 		}
 	}
 	return slot, last
+}
+
+// onPanic, deferred while p holds what it took, gives it back when code of
+// the user's run meanwhile (a FairBy or Weights function, an Observer)
+// panics, then panics on: asynq recovers the panic, and no cap's slot is
+// left held, renewed, by a task that will never release it.
+func (p *pass) onPanic(ctx context.Context) {
+	if r := recover(); r != nil {
+		p.giveBack(context.WithoutCancel(ctx))
+		panic(r)
+	}
 }
 
 // giveBack releases the leases, cancels the window reservations and undoes

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,6 +168,49 @@ func TestLostLeaseStopsTheHandler(t *testing.T) {
 	}
 	if seen.Count(worker.LeaseLost) != 1 || seen.Count(worker.Rescheduled) != 1 {
 		t.Fatalf("events %v; want one lease_lost and one rescheduled", seen.ByKind())
+	}
+}
+
+// TestAPanicBeforeTheHandlerFreesTheCapsSlot: a FairBy function that
+// panics (on a payload it cannot read) while the task holds a cap's slot,
+// or an Observer that panics as the task is admitted, leaves the slot
+// free: the panic goes to asynq, which recovers it, and the slot is not
+// held, renewed, by a task that will never release it.
+func TestAPanicBeforeTheHandlerFreesTheCapsSlot(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	conc, err := throttle.NewConcurrencyLimiter(tg.NewClient(t), "conc", throttle.Concurrency{Limit: 1, Lease: time.Minute}, throttle.WithPrefix(tg.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overall := asynqtest.NewLimiter(t, tg, throttle.GCRA{Rate: throttle.PerHour(1), Burst: 1})
+	flow := func(_ context.Context, task *asynq.Task) (string, error) {
+		if strings.Contains(string(task.Payload()), "unreadable") {
+			panic("a payload the flow function cannot read")
+		}
+		return "tenant", nil
+	}
+	panicky := worker.ObserverFunc(func(_ context.Context, e worker.Event) {
+		if e.Kind == worker.Admitted && e.TaskType == "observed" {
+			panic("a bug in the observer")
+		}
+	})
+	th := asynqtest.NewThrottler(t, tg, []worker.Rule{
+		worker.Concurrency("one", worker.AnyTask(), conc, worker.KeyBy(worker.Constant("slot"))),
+		worker.Rate("overall", worker.Type("sync"), overall, worker.KeyBy(worker.Constant("all")), worker.FairBy(flow)),
+	}, worker.WithObserver(panicky))
+	var log asynqtest.RunLog
+	f := asynqtest.NewFleet(t, tg, 1, 2, th, log.Handler(0))
+	f.Enqueue(t, "sync", "fine")
+	f.WaitDone(t, &log, 1, 10*time.Second) // it takes the hour's only start
+	for _, c := range []struct{ typ, payload string }{{"sync", "unreadable"}, {"observed", ""}} {
+		id := f.Enqueue(t, c.typ, c.payload)
+		if info := waitState(t, f, id, asynq.TaskStateRetry); !strings.Contains(info.LastErr, "panic") {
+			t.Fatalf("%s: back in asynq's retry set with %q; want the panic", c.typ, info.LastErr)
+		}
+		if r, err := conc.Peek(ctx, "slot"); err != nil || r.Remaining != 1 {
+			t.Fatalf("after a panic before %s's handler: %+v, %v; want the cap's one slot free", c.typ, r, err)
+		}
 	}
 }
 

@@ -68,18 +68,16 @@ func (t *Throttler) process(ctx context.Context, at *asynq.Task, h asynq.Handler
 func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler) (err error) {
 	running := ctx
 	lost := func() *held { return nil }
-	if len(p.leases) > 0 {
-		t.observeLeases(ctx, tk, p, LeaseTaken)
-		running, lost = t.watchLeases(ctx, tk, p)
-	}
 	defer func() {
 		l := lost()
 		if len(p.leases) > 0 {
 			// Reported before Redis frees the slot, and taken after Redis
 			// gave it: a gauge kept from the events never shows more leases
-			// than Redis holds.
-			t.observeLeases(ctx, tk, p, LeaseReleased)
-			t.giveBackLeases(ctx, p)
+			// than Redis holds. Freed however the Observer returns.
+			func() {
+				defer t.giveBackLeases(ctx, p)
+				t.observeLeases(ctx, tk, p, LeaseReleased)
+			}()
 		}
 		if l != nil && err != nil {
 			// The handler was stopped because its slot was no longer its
@@ -90,6 +88,10 @@ func (t *Throttler) run(ctx context.Context, tk *task, p *pass, h asynq.Handler)
 		t.settle(ctx)
 		err = t.outcome(ctx, tk, err)
 	}()
+	if len(p.leases) > 0 {
+		running, lost = t.watchLeases(ctx, tk, p)
+		t.observeLeases(ctx, tk, p, LeaseTaken)
+	}
 	return h.ProcessTask(running, tk.Task)
 }
 
