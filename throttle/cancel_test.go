@@ -221,6 +221,48 @@ func TestPresentReservationsCanBeTakenBack(t *testing.T) {
 	}
 }
 
+// TestALeakyBucketGivesBackOnlyWhatHasNotLeaked: a reservation of a leaky
+// bucket cancelled after its drops have leaked away gives nothing back, and
+// one cancelled when part of them is left gives back that part: the units
+// that remain respect the policy. (Cancel once took all n drops out
+// whenever they were poured, and let a unit in beyond the rate.)
+func TestALeakyBucketGivesBackOnlyWhatHasNotLeaked(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.LeakyBucket{Rate: throttle.PerMinute(1), Capacity: 2})
+	ctx := context.Background()
+	a, err := l.Reserve(ctx, "k", 1, 0)
+	if err != nil || !a.OK {
+		t.Fatalf("Reserve: %+v, %v", a, err)
+	}
+	clock.Advance(time.Minute) // a's drop has leaked away
+	allowN(t, l, "k", 2)       // the bucket is full again
+	if err := a.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := allowN(t, l, "k", 1); r.Allowed {
+		t.Fatalf("after cancelling a reservation whose drop had leaked: %+v; want the full bucket to refuse", r)
+	}
+	// Half of two drops poured on top of one left: the drain went to the
+	// drop under them first, then to the first of theirs.
+	clock.Advance(2 * time.Minute) // empty
+	allowN(t, l, "k", 1)
+	b, err := l.Reserve(ctx, "k", 1, 0)
+	if err != nil || !b.OK {
+		t.Fatalf("Reserve: %+v, %v", b, err)
+	}
+	clock.Advance(90 * time.Second) // the drop under b's and half of b's have leaked
+	before := peek(t, l, "k")
+	if err := b.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := peek(t, l, "k")
+	if before.ResetAfter != 30*time.Second || after.ResetAfter != 0 {
+		t.Fatalf("cancelling b with half its drop left: empty in %s before, %s after; want 30s, then at once", before.ResetAfter, after.ResetAfter)
+	}
+	checkTTLs(t, tg)
+}
+
 func TestTicketsNotBefore(t *testing.T) {
 	tg := redistest.Embedded(t)
 	clock := tg.Clock(t)

@@ -466,7 +466,7 @@ func asInt(v any) (int64, error) {
 // what is spoken for right after r, less the burst's other units. Zero
 // when not known (nothing booked, a degraded reservation, a window).
 func (r *Reservation) nextRoom() time.Time {
-	if !r.OK || r.Degraded || r.sp == nil || r.sp.num == 0 || r.sp.den == 0 || r.undo[0] == 0 {
+	if !r.OK || r.Degraded || r.sp == nil || !r.sp.reservable || r.sp.num == 0 || r.sp.den == 0 || r.undo[0] == 0 {
 		return time.Time{}
 	}
 	// The end is undo[0] µs and undo[1] ticks; a unit is num ticks.

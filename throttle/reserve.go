@@ -41,9 +41,11 @@ type Reservation struct {
 	key     string
 	ticket  string
 	n       int
-	// undo is what the script needs to give the units back: for the meters
-	// the instant (µs, ticks) up to which capacity was spoken for right after
-	// this booking; for the windows where the units were counted.
+	// undo is what the script needs to give the units back: for GCRA and
+	// TokenBucket the instant (µs, ticks) up to which capacity was spoken
+	// for right after this booking; for LeakyBucket the instant its drops
+	// were poured (µs) and the level under them (ticks); for the windows
+	// where the units were counted.
 	undo [2]int64
 	// serverTime is the Redis clock at the decision and serverStart the
 	// slot's start on it, rounded up, in µs.

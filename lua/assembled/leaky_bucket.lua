@@ -145,14 +145,19 @@ end
 -- KEYS[2]  the key's block (see block.lua): while it holds, nothing is
 --          admitted
 -- ARGV[1]  mode: 0 pour n drops, 1 peek (test for n drops, write nothing),
---          2 pour n drops and say how to undo it (nothing is needed),
---          3 take n drops back out
+--          2 pour n drops and say how to undo it, 3 take back out what is
+--          left of n drops poured by a mode 2: ARGV[6] the instant they
+--          were poured at (us), ARGV[7] the level under them then (ticks).
+--          The bucket leaks from the bottom, so what time has drained of
+--          the level under them no longer counts, and the rest of the
+--          drain was theirs: only what remains of them is taken out.
 -- ARGV[2]  n, drops requested (1 <= n <= capacity, checked by the caller)
 -- ARGV[3]  capacity, in drops
 -- ARGV[4]  num } one drop leaks every num/den microseconds, the fraction in
 -- ARGV[5]  den }   lowest terms
 -- Returns  {allowed (0|1), remaining, retry_after_us, reset_after_us, now_us}
---          and, for mode 2, two zeros
+--          and, when drops were poured, the instant they were poured at
+--          and the level under them (mode 3's ARGV[6] and ARGV[7])
 --
 -- The level is kept in ticks of 1/den microsecond of leaking (a drop is num
 -- ticks), so leaking is exact: elapsed microseconds * den ticks drain away.
@@ -196,7 +201,15 @@ local full = capacity * num
 local pour = n * num
 
 if mode == MODE_CANCEL then
-  level = math.max(0, level - pour)
+  -- What has drained since the pour went first from the level under them
+  -- (a reservation of no record gives nothing back).
+  local poured_at, under = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
+  local drained = poured_at > 0 and math.max(0, stamp - poured_at) or math.huge
+  local left = pour
+  if drained > 0 then
+    left = drained >= ceil_div(under + pour, den) and 0 or math.max(0, math.min(pour, under + pour - drained * den))
+  end
+  level = math.max(0, level - left)
   if level > 0 then
     store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, measured_num, measured_den)
   else
@@ -218,8 +231,9 @@ if level + pour > full then
   end
   return {0, floor_div(full - level, num), ceil_div(level + pour - full, den), ceil_div(level, den), now}
 end
+local under = level
 if mode ~= MODE_PEEK then
   level = level + pour
   store_state(KEYS[1], stamp - now + ceil_div(level, den), level, stamp, measured_num, measured_den)
 end
-return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, 0, 0}
+return {1, floor_div(full - level, num), 0, ceil_div(level, den), now, stamp, under}
