@@ -35,6 +35,19 @@ func (l *Limiter) AllowMany(ctx context.Context, requests []Request) ([]Result, 
 }
 
 func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, error) {
+	// Every request is checked before any is decided, whichever way they
+	// are decided below.
+	specs := make([]*spec, len(requests))
+	for i, req := range requests {
+		sp, err := l.specFor(ctx, req.Key)
+		if err == nil {
+			err = validRequest(req.Key, req.N, sp.capacity)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		specs[i] = sp
+	}
 	if l.shares != nil {
 		// Each request is decided under this process's share when it
 		// holds one.
@@ -61,17 +74,6 @@ func (l *Limiter) allowMany(ctx context.Context, requests []Request) ([]Result, 
 			results[i] = r
 		}
 		return results, nil
-	}
-	specs := make([]*spec, len(requests))
-	for i, req := range requests {
-		sp, err := l.specFor(ctx, req.Key)
-		if err == nil {
-			err = validRequest(req.Key, req.N, sp.capacity)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
-		specs[i] = sp
 	}
 	results := make([]Result, len(requests))
 	var pending []int // requests that go to Redis

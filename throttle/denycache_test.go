@@ -111,6 +111,59 @@ func TestDenyCacheDeniesOnlyWhatRedisDenied(t *testing.T) {
 	}
 }
 
+// TestACancelInThisProcessClearsItsDenials: a reservation cancelled in
+// this process gives back units that a remembered refusal of the key would
+// hide: the cache forgets the key, and the next decision goes to Redis.
+func TestACancelInThisProcessClearsItsDenials(t *testing.T) {
+	tg := redistest.Embedded(t)
+	l := newLimiter(t, tg, throttle.FixedWindow{Limit: 1, Window: redistest.FarWindow}, throttle.WithDenyCache(10))
+	ctx := context.Background()
+	res, err := l.Reserve(ctx, "k", 1, 0)
+	if err != nil || !res.OK {
+		t.Fatalf("Reserve: %+v, %v", res, err)
+	}
+	if r := allowN(t, l, "k", 1); r.Allowed {
+		t.Fatalf("the window's one unit is reserved: %+v", r)
+	}
+	if err := res.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := allowN(t, l, "k", 1); !r.Allowed || r.Cached {
+		t.Fatalf("after the reservation was cancelled here: %+v; want admitted, by Redis", r)
+	}
+}
+
+// TestAllowManyChecksEveryRequestFirst: a batch with an invalid request
+// decides nothing, on the limiters that decide its requests one at a time
+// (a Quota, leased shares) as on the others: the valid request before it
+// takes no unit.
+func TestAllowManyChecksEveryRequestFirst(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		policy throttle.Policy
+		opts   []throttle.Option
+	}{
+		{"quota", throttle.Quota{Limit: 10, Period: throttle.Day}, nil},
+		{"leased shares", throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10}, []throttle.Option{throttle.WithLeasedShares(0)}},
+		{"gcra", throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 10}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tg := redistest.Embedded(t)
+			l := newLimiter(t, tg, c.policy, c.opts...)
+			ctx := context.Background()
+			if _, err := l.AllowMany(ctx, []throttle.Request{{Key: "a", N: 1}, {Key: "b", N: 0}}); !errors.Is(err, throttle.ErrInvalidN) {
+				t.Fatalf("a batch with n = 0 in it: %v; want ErrInvalidN", err)
+			}
+			if err := l.Close(ctx); err != nil { // a share held is given back
+				t.Fatal(err)
+			}
+			if r := peek(t, newLimiter(t, tg, c.policy), "a"); r.Remaining != 10 {
+				t.Fatalf("a's units after the batch failed: %+v; want all 10 left", r)
+			}
+		})
+	}
+}
+
 // TestAllowManyMatchesOneByOne: a batch decides exactly what the same
 // requests one by one would, in one round trip.
 func TestAllowManyMatchesOneByOne(t *testing.T) {

@@ -256,6 +256,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		_, err := l.runTicket(ctx, r.sp, modeCancel, r.key, r.ticket, r.n, undo...)
 		return err
 	})
+	if l.denied != nil {
+		l.denied.forget(r.key) // the units given back may admit what it refused
+	}
 	if err != nil {
 		return l.unavailable(ctx, err)
 	}
