@@ -115,6 +115,11 @@ func (lv *live) refresh(ctx context.Context, c *conn, old *liveSet) *liveSet {
 			c.cfg.log().LogAttrs(ctx, slog.LevelWarn, "throttle: could not read the stored policies; keeping those in force",
 				slog.String("limiter", c.cfg.name), slog.Any("error", err))
 		}
+		if old == nil {
+			// Nothing read yet: the next decision reads again, rather
+			// than take "none stored" for a fresh answer.
+			return next
+		}
 	} else if fields != nil {
 		lv.install(ctx, c, next, fields)
 	}

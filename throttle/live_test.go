@@ -113,6 +113,31 @@ func TestStoredPolicyAppliesWithinASecond(t *testing.T) {
 // TestStoredPolicyRefusals: what cannot be applied is refused when set,
 // and a stored policy a limiter cannot read (written around the store) is
 // reported and not applied: the last good one stays in force.
+// TestAFailedFirstReadOfStoredPoliciesIsNotTakenForNone: a live limiter
+// whose first read of its stored policies fails (its caller gave up) reads
+// them again at the next decision, rather than decide under the policy in
+// code as though none were stored.
+func TestAFailedFirstReadOfStoredPoliciesIsNotTakenForNone(t *testing.T) {
+	tg := redistest.New(t)
+	ctx := context.Background()
+	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	l := newNamedLimiter(t, tg, "partner-api", throttle.GCRA{Rate: throttle.PerSecond(100), Burst: 100}, throttle.WithLivePolicies())
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Allow(gone, "k"); err == nil {
+		t.Fatal("a decision with its context ended answered")
+	}
+	if r, err := l.Allow(ctx, "k"); err != nil || r.Limit != 1 {
+		t.Fatalf("the next decision: %+v, %v; want it under the stored policy, a burst of 1", r, err)
+	}
+}
+
 func TestStoredPolicyRefusals(t *testing.T) {
 	tg := redistest.New(t)
 	ctx := context.Background()
