@@ -215,26 +215,23 @@ func TestADeadReplicasTickIsTakenOver(t *testing.T) {
 	}
 }
 
-// TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn: a replica that
-// cannot reach Redis at a tick reports it, asks for the tick's claim again
-// every look, and produces the tick once Redis is back. (The tick was
-// lost: nothing had recorded it.)
-func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
-	tg := redistest.Embedded(t)
-	queue, inspector := queueOf(t, tg)
+// schedulerBehindProxy returns a scheduler on an embedded Redis reached
+// through a proxy the test can pause (calls then time out in 200 ms), with
+// an entry "nightly" every hour producing batch, the failures it reports,
+// and the fake clock, an hour's start a second away, once it waits for the
+// tick.
+func schedulerBehindProxy(t *testing.T, tg *redistest.Target, batch func(context.Context) ([]*asynq.Task, error), opts ...scheduler.BatchOption) (*scheduler.Scheduler, *redistest.Proxy, *reported, *fakeClock, time.Time) {
+	t.Helper()
 	redistest.QuietRedisLog()
 	proxy := redistest.NewProxy(t, tg.Mini.Addr())
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { client.Close() })
-	var failures reported
+	failures := &reported{}
 	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
-		return []*asynq.Task{asynq.NewTask("sync", nil)}, nil
-	}), scheduler.TaskOptions(asynq.Queue(queue)))
-	if err != nil {
+	if err := s.Add("nightly", "@every 1h", scheduler.Batch(batch), opts...); err != nil {
 		t.Fatal(err)
 	}
 	hour := redistest.Start.Truncate(time.Hour).Add(time.Hour)
@@ -243,6 +240,19 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
+	return s, proxy, failures, clock, hour
+}
+
+// TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn: a replica that
+// cannot reach Redis at a tick reports it, asks for the tick's claim again
+// every look, and produces the tick once Redis is back. (The tick was
+// lost: nothing had recorded it.)
+func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
+	tg := redistest.Embedded(t)
+	queue, inspector := queueOf(t, tg)
+	s, proxy, failures, clock, hour := schedulerBehindProxy(t, tg, func(context.Context) ([]*asynq.Task, error) {
+		return []*asynq.Task{asynq.NewTask("sync", nil)}, nil
+	}, scheduler.TaskOptions(asynq.Queue(queue)))
 	proxy.Pause()
 	clock.Advance(time.Second)
 	eventually(t, "the failed claim reported", func() bool { return len(failures.all()) == 1 })
@@ -267,29 +277,12 @@ func TestATickThatCameWhileRedisWasAwayIsProducedOnItsReturn(t *testing.T) {
 // silence (another replica will produce it again).
 func TestAFailureToMarkATickDoneIsReported(t *testing.T) {
 	tg := redistest.Embedded(t)
-	redistest.QuietRedisLog()
-	proxy := redistest.NewProxy(t, tg.Mini.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { client.Close() })
-	var failures reported
-	s, err := scheduler.New(client, scheduler.WithPrefix(tg.Prefix), quiet, failures.option())
-	if err != nil {
-		t.Fatal(err)
-	}
 	boom := errors.New("partner API down")
-	err = s.Add("nightly", "@every 1h", scheduler.Batch(func(context.Context) ([]*asynq.Task, error) {
+	var proxy *redistest.Proxy
+	s, proxy, failures, clock, _ := schedulerBehindProxy(t, tg, func(context.Context) ([]*asynq.Task, error) {
 		proxy.Pause() // Redis goes as the producer ends
 		return nil, boom
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hour := redistest.Start.Truncate(time.Hour).Add(time.Hour)
-	clock := newFakeClock(t, tg, hour.Add(-time.Second), s)
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the entry waiting", func() bool { return clock.Waiting() == 2 })
+	})
 	clock.Advance(time.Second)
 	eventually(t, "both failures reported", func() bool { return len(failures.all()) == 2 })
 	proxy.DropConnections()
