@@ -66,7 +66,7 @@ type Limiter struct {
 //
 // Errors wrap [ErrInvalidPolicy] or [ErrInvalidOption].
 func New(client redis.UniversalClient, name string, p Policy, opts ...Option) (*Limiter, error) {
-	if p == nil {
+	if noPolicy(p) {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	}
 	if err := p.Validate(); err != nil {
@@ -129,7 +129,7 @@ func (l *Limiter) specFor(ctx context.Context, key string) (*spec, error) {
 	if l.cfg.plan != nil {
 		p = l.cfg.plan(ctx, key)
 	}
-	if p == nil || p == l.spec.policy {
+	if noPolicy(p) || p == l.spec.policy {
 		return &l.spec, nil
 	}
 	if sp, ok := l.plans.Load(p); ok {

@@ -2,11 +2,22 @@ package throttle
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// noPolicy reports a nil policy, or a nil pointer to one ((*GCRA)(nil)
+// satisfies Policy too, and would panic when used).
+func noPolicy(p Policy) bool {
+	if p == nil {
+		return true
+	}
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
 
 // Policy is a rate-limiting algorithm with its parameters: one of
 // [FixedWindow], [SlidingLog], [SlidingWindow], [TokenBucket], [LeakyBucket]

@@ -226,7 +226,7 @@ func (s *PolicyStore) watched(ctx context.Context, key string, fn func(context.C
 
 // storable checks a policy to be stored and returns its spec.
 func storable(p Policy) (spec, error) {
-	if p == nil {
+	if noPolicy(p) {
 		return spec{}, fmt.Errorf("%w: nil policy", ErrInvalidPolicy)
 	}
 	if err := p.Validate(); err != nil {

@@ -1,6 +1,7 @@
 package throttle_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -49,6 +50,31 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		if tc.policy != nil && !errors.Is(tc.policy.Validate(), throttle.ErrInvalidPolicy) {
 			t.Errorf("%#v.Validate() = %v", tc.policy, tc.policy.Validate())
 		}
+	}
+}
+
+// TestANilPointerPolicyIsRefused: a nil pointer to a policy satisfies
+// Policy (the methods are the value's); New and PolicyStore.Set refuse it
+// with ErrInvalidPolicy, and a plan that returns one leaves the key to the
+// limiter's own policy, where each once panicked.
+func TestANilPointerPolicyIsRefused(t *testing.T) {
+	tg := redistest.Embedded(t)
+	ctx := context.Background()
+	var none *throttle.GCRA
+	if _, err := throttle.New(tg.Client, "limiter", none); !errors.Is(err, throttle.ErrInvalidPolicy) {
+		t.Errorf("New with a nil *GCRA: %v; want ErrInvalidPolicy", err)
+	}
+	store, err := throttle.NewPolicyStore(tg.Client, tg.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "limiter", none); !errors.Is(err, throttle.ErrInvalidPolicy) {
+		t.Errorf("PolicyStore.Set with a nil *GCRA: %v; want ErrInvalidPolicy", err)
+	}
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(1), Burst: 3},
+		throttle.WithPlan(func(context.Context, string) throttle.Policy { return none }))
+	if r := allowN(t, l, "k", 1); !r.Allowed || r.Limit != 3 {
+		t.Errorf("a plan returning a nil *GCRA: %+v; want the limiter's own policy", r)
 	}
 }
 
