@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobthrottle/jobthrottle/internal/bounded"
 	"github.com/jobthrottle/jobthrottle/internal/keyspace"
+	"github.com/jobthrottle/jobthrottle/internal/ratelog"
 	"github.com/jobthrottle/jobthrottle/internal/redisclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,7 +19,7 @@ import (
 type conn struct {
 	client  redis.UniversalClient
 	cfg     config
-	outages *outageLog
+	outages *ratelog.Every // Redis failures logged
 	// fixed is the policy of a ConcurrencyLimiter, which decisions carry
 	// as theirs ("conc:3/30s"); a Limiter's come with each Result.
 	fixed string
@@ -51,7 +52,7 @@ func newConn(client redis.UniversalClient, name string, opts []Option) (conn, er
 		}
 		cfg.coalesce = 0 // each decision waits for its own writes
 	}
-	return conn{client: client, cfg: cfg, outages: &outageLog{}}, nil
+	return conn{client: client, cfg: cfg, outages: &ratelog.Every{}}, nil
 }
 
 // register records the limiter in the registry of names with its entry,

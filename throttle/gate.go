@@ -439,11 +439,21 @@ func leaveRoom(ctx context.Context, limiter any, key, waiter string) error {
 // evalValues runs a script under the timeout and returns its reply as it
 // came, for scripts that answer with strings too.
 func (c *conn) evalValues(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+	return c.evalReply(ctx, script, keys, args, false)
+}
+
+// evalReply is evalValues; with acked, and WithReplicaAcks set, it answers
+// once replicas acknowledged the script's writes (see evalAcked).
+func (c *conn) evalReply(ctx context.Context, script *redis.Script, keys []string, args []any, acked bool) ([]any, error) {
 	c.noteUse()
 	var values []any
 	err := c.call(ctx, func(ctx context.Context) error {
 		var err error
-		values, err = runCmd(ctx, c.client, script, keys, args).Slice()
+		if acked && c.cfg.acks > 0 {
+			values, err = c.evalAckedValues(ctx, script, keys, args)
+		} else {
+			values, err = runCmd(ctx, c.client, script, keys, args).Slice()
+		}
 		return err
 	})
 	if err != nil {

@@ -156,7 +156,7 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 		if left >= 0 {
 			args = append(args, itoa(left.Microseconds()), park.Payload, itoa(park.TTL.Microseconds()), c.holdMicros())
 		}
-		values, err := c.evalLine(ctx, c.lineKeys(key), args)
+		values, err := c.evalReply(ctx, concurrencyScript, c.lineKeys(key), args, true) // acknowledged, as every decision of the limiter
 		if err != nil {
 			if c.failOpen(ctx, err) {
 				return degradedLease(), 0, false, nil
@@ -228,26 +228,6 @@ func (c *ConcurrencyLimiter) waitInLine(ctx context.Context, key, waiter string,
 	}
 }
 
-// evalLine runs the line's script and returns its reply as it came; with
-// WithReplicaAcks, once replicas acknowledged its writes, as every other
-// decision of the limiter.
-func (c *ConcurrencyLimiter) evalLine(ctx context.Context, keys []string, args []any) ([]any, error) {
-	if c.cfg.acks == 0 {
-		return c.evalValues(ctx, concurrencyScript, keys, args)
-	}
-	c.noteUse()
-	var values []any
-	err := c.call(ctx, func(ctx context.Context) error {
-		var err error
-		values, err = c.evalAckedValues(ctx, concurrencyScript, keys, args)
-		return err
-	})
-	if err != nil {
-		return nil, err // values may still be written by a detached call
-	}
-	return values, nil
-}
-
 // leave takes waiter out of key's line, in the background if ctx has
 // ended (bounded like every clean-up), and hands the slot it leaves to the
 // next in line. Its error is Redis's when the call failed; the callers
@@ -282,7 +262,7 @@ func (c *ConcurrencyLimiter) freeing(ctx context.Context, mode, key, id string) 
 	extraKeys, extraArgs := c.prepared(key)
 	args := append([]any{mode, id}, c.params...)
 	args = append(append(args, c.Key(key)+wakeSuffix, "", itoa(int64(c.callAhead()))), extraArgs...)
-	values, err := c.evalLine(ctx, append(c.lineKeys(key), extraKeys...), args)
+	values, err := c.evalReply(ctx, concurrencyScript, append(c.lineKeys(key), extraKeys...), args, true)
 	if err != nil {
 		return nil, err
 	}

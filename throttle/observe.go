@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -207,13 +206,6 @@ func WithLogger(l *slog.Logger) Option {
 // limiter.
 const outageLogEvery = 10 * time.Second
 
-// outageLog spaces a limiter's outage records.
-type outageLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
 // began returns the time a call starts, read only when an observer will
 // be told how long the call took: a decision the deny cache answers takes
 // a few hundred nanoseconds, and reading the clock twice would add a third.
@@ -279,16 +271,10 @@ func (c *conn) observeWait(ctx context.Context, key string, n int, start time.Ti
 // logOutage logs a decision Redis could not make, at most once per
 // outageLogEvery.
 func (c *conn) logOutage(ctx context.Context, d Decision) {
-	now := time.Now()
-	c.outages.mu.Lock()
-	if now.Sub(c.outages.last) < outageLogEvery {
-		c.outages.suppressed++
-		c.outages.mu.Unlock()
+	ok, suppressed := c.outages.Allow(time.Now(), outageLogEvery)
+	if !ok {
 		return
 	}
-	suppressed := c.outages.suppressed
-	c.outages.last, c.outages.suppressed = now, 0
-	c.outages.mu.Unlock()
 	logger := c.cfg.logger
 	if logger == nil {
 		logger = slog.Default()

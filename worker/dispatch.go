@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/internal/gate"
+	"github.com/jobthrottle/jobthrottle/internal/ratelog"
 )
 
 // The dispatcher brings tasks back from asynq at their turn: it moves a
@@ -102,11 +103,7 @@ type dispatcher struct {
 	laneNamed map[roomID][]string
 	// failures: the dispatcher's calls Redis failed, logged at most once
 	// per failureLogEvery (see failed).
-	failures struct {
-		sync.Mutex
-		last       time.Time
-		suppressed int
-	}
+	failures ratelog.Every
 }
 
 // failureLogEvery is the least time between two logs of the dispatcher's
@@ -123,17 +120,10 @@ func (t *Throttler) failed(ctx context.Context, what, key string, err error) {
 	if ctx.Err() != nil {
 		return // stopping: Close
 	}
-	f := &t.dispatch.failures
-	f.Lock()
-	now := time.Now()
-	if !f.last.IsZero() && now.Sub(f.last) < failureLogEvery {
-		f.suppressed++
-		f.Unlock()
+	ok, suppressed := t.dispatch.failures.Allow(time.Now(), failureLogEvery)
+	if !ok {
 		return
 	}
-	suppressed := f.suppressed
-	f.last, f.suppressed = now, 0
-	f.Unlock()
 	t.logger().LogAttrs(ctx, slog.LevelWarn, "worker: redis failed "+what+"; trying again in 100ms",
 		slog.String("key", key), slog.Int("failures_not_logged", suppressed), slog.Any("error", err))
 }
