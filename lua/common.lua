@@ -322,7 +322,10 @@ end
 -- Waiting rooms of the worker (see room.lua). R names a room's keys:
 -- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
--- R.aside, the waiters set aside.
+-- R.aside, the waiters set aside. A call that reads a room's holds and
+-- its waiters set aside many times keeps them in R as well: R.holds, the
+-- held hash as read (flow -> stored value), and R.aside_n, how many are
+-- set aside; the functions below keep both up to date as they write.
 
 -- room_keep renews the expiry of a room's keys.
 local function room_keep(R, lifetime)
@@ -349,13 +352,27 @@ local function first_aside(R, flow)
   return found[1]
 end
 
+-- set_aside puts waiter id of flow, tagged tag, among the waiters set aside.
+local function set_aside(R, flow, tag, id)
+  redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  if R.aside_n then
+    R.aside_n = R.aside_n + 1
+  end
+end
+
 -- bring_back returns flow's first waiter set aside to the room.
 local function bring_back(R, flow)
+  if R.aside_n == 0 then
+    return
+  end
   local member = first_aside(R, flow)
   if member then
     local at = #flow_prefix(flow)
     redis.call('ZREM', R.aside, member)
     redis.call('ZADD', R.room, tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
+    if R.aside_n then
+      R.aside_n = R.aside_n - 1
+    end
   end
 end
 
@@ -363,7 +380,18 @@ end
 -- is stored negated once its flow's first waiter set aside was brought
 -- back for its end.
 local function held_until(R, flow)
+  if R.holds then
+    return math.abs(tonumber(R.holds[flow]) or 0)
+  end
   return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- hold stores how flow is held back (value as the held hash holds it).
+local function hold(R, flow, value)
+  redis.call('HSET', R.held, flow, int(value))
+  if R.holds then
+    R.holds[flow] = value
+  end
 end
 
 -- parse_waiter splits a waiting waiter's entry into eligible, flow,
@@ -423,10 +451,14 @@ end
 -- flow's tags advance by units × 1,000,000 / weight). A waiter there
 -- already (a task handed over to a copy of itself comes back under a new
 -- asynq ID) keeps its place, tag and release, and takes the new payload
--- and, waiting, the later soonest start. Returns {waiters in the room and
--- set aside, 1 if it entered now, now}.
-local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
-  local known = redis.call('HGET', R.waiters, id)
+-- and, waiting, the later soonest start. known is its entry in the
+-- waiters' hash when the caller read it already (false: it has none), nil
+-- when not. Returns {waiters in the room and set aside, 1 if it entered
+-- now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units, known)
+  if known == nil then
+    known = redis.call('HGET', R.waiters, id)
+  end
   if known then
     local released, waiting = '', known
     if string.sub(known, 1, 1) == '=' then
@@ -445,18 +477,22 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   if weight == 0 then
     tag = redis.call('HINCRBY', R.flows, '#', 1)
   else
-    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
-    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
-    tag = math.max(v, finish)
+    local tags = redis.call('HMGET', R.flows, '', flow) -- V, the flow's finish
+    tag = math.max(tonumber(tags[1]) or 0, tonumber(tags[2]) or 0)
     redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
   end
+  local into = R.room
   if held_until(R, flow) > now then
-    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+    set_aside(R, flow, tag, id)
+    into = R.aside
   else
     redis.call('ZADD', R.room, int(tag), id)
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
-  room_keep(R, lifetime)
+  -- The keys written outlive this write (the others, a release's).
+  for _, key in ipairs({R.waiters, R.flows, into}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
 
@@ -478,8 +514,8 @@ local function put_back(R, state, now, id, burst, per_unit, den, end_us, end_tic
   cancel(state, nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, end_us, end_ticks)
   redis.call('HSET', R.waiters, id, waiting)
   if until_us > now then
-    redis.call('HSET', R.held, flow, int(until_us))
-    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+    hold(R, flow, until_us)
+    set_aside(R, flow, tag, id)
   else
     redis.call('ZADD', R.room, int(tag), id)
   end

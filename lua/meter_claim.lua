@@ -84,6 +84,9 @@
 
 local now = server_now()
 
+-- read_entries: the room's entries claim read, by waiters' key and waiter ID
+-- (false: none), so that entering the room reads none again.
+local read_entries = {}
 
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
@@ -91,6 +94,7 @@ local function wait_again(K, A, waiter, waiting)
   local b1 = string.find(waiting, '|', 1, true)
   local b2 = string.find(waiting, '|', b1 + 1, true)
   redis.call('HSET', K[4], waiter, waiting)
+  read_entries[K[4] .. '\0' .. waiter] = nil -- read again when needed
   redis.call('ZADD', K[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
   for i = 4, 5 do
     redis.call('PEXPIRE', K[i], ttl_ms(tonumber(A[11])))
@@ -106,6 +110,7 @@ local function undo(K, A)
   local back = cancel(K[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(A[8]), tonumber(A[9]))[1]
   if source == 2 and A[10] ~= '' then
     redis.call('HSET', K[4], waiter, A[10])
+    read_entries[K[4] .. '\0' .. waiter] = nil
     redis.call('PEXPIRE', K[4], ttl_ms(tonumber(A[11])))
   end
   return {back, 0, now, 0, 0, ''}
@@ -146,6 +151,7 @@ local function claim(K, A)
     end
   elseif source == 2 then
     local info = redis.call('HGET', K[4], waiter)
+    read_entries[K[4] .. '\0' .. waiter] = info
     if info and string.sub(info, 1, 1) == '=' then
       -- "=<end us>:<end ticks>:<slot us>|..."
       local c1 = string.find(info, ':', 1, true)
@@ -289,7 +295,7 @@ if first == 6 then
   after = tonumber(ARGV[E + 3])
 end
 local entered = enter_room(R, now, ARGV[7], ARGV[E + 1], tonumber(ARGV[E + 2]), after, ARGV[E + 4], tonumber(ARGV[11]),
-  tonumber(ARGV[2]))
+  tonumber(ARGV[2]), read_entries[R.waiters .. '\0' .. ARGV[7]])
 for _, v in ipairs(entered) do
   out[#out + 1] = v
 end

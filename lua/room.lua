@@ -172,12 +172,15 @@ if owner ~= '' then
   redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
 end
 
+-- This call keeps count of the waiters set aside (see common.lua).
+R.aside_n = redis.call('ZCARD', KEYS[6])
+
 -- emptied returns, when the room is empty (nobody in it or set aside),
 -- what a release of it returns, having given up the lease this call holds:
 -- the dispatcher of the next waiter to enter lets it out at its turn,
 -- without waiting for the lease to run out. It returns nil otherwise.
 local function emptied()
-  if redis.call('ZCARD', KEYS[2]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
+  if R.aside_n > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
     return nil
   end
   if owner ~= '' then
@@ -227,11 +230,21 @@ local function write_v()
   end
 end
 
+-- The meter's instant, moved by each release, is written once, by
+-- write_planned, before anything reads it again or the call returns.
+local planned = false
+local function write_planned()
+  if planned then
+    store_instant(KEYS[1], now, debt, per_unit, den)
+    planned = false
+  end
+end
+
 -- release lets a waiter out with its start at start ticks from now; its
 -- flow's next waiter set aside, if any, takes its place in the room.
 local function release(id, info, flow, payload, tag, units)
   debt = math.max(debt, start) + units * per_unit
-  store_instant(KEYS[1], now, debt, per_unit, den)
+  planned = true
   local end_us, end_ticks = instant_after(now, debt, den)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
@@ -255,6 +268,7 @@ local function release(id, info, flow, payload, tag, units)
           local T = taken[t]
           cancel(T[1][1], T[1][2], now, ticks_until(T[1][1], now, T[4], T[5]), T[2] * T[4], T[3] * T[4], T[4], T[5], T[6], T[7])
         end
+        write_planned()
         put_back(R, KEYS[1], now, id, burst, per_unit, den, end_us, end_ticks, slot_us + r[3], tonumber(ARGV[7]))
         debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
         return false
@@ -267,7 +281,7 @@ local function release(id, info, flow, payload, tag, units)
     if next_room > slot_us and next_room > held_until(R, flow) then
       -- The flow's own limits have no room before then: its next waiter
       -- is held back till then, rather than let out only to be put back.
-      redis.call('HSET', R.held, flow, int(next_room))
+      hold(R, flow, next_room)
     end
     moved = 3 -- moved at the end of the call (see below)
   end
@@ -302,6 +316,10 @@ local touched = false -- the room's waiters moved: its keys are kept, whoever go
 local function bring_back_due()
   next_hold = 0
   local holds = redis.call('HGETALL', KEYS[5])
+  R.holds = {} -- read here, kept by what writes them (see common.lua)
+  for i = 1, #holds, 2 do
+    R.holds[holds[i]] = tonumber(holds[i + 1])
+  end
   for i = 1, #holds, 2 do
     local flow, raw = holds[i], tonumber(holds[i + 1])
     local until_us = math.abs(raw)
@@ -312,8 +330,9 @@ local function bring_back_due()
       end
       if until_us <= now then
         redis.call('HDEL', KEYS[5], flow)
+        R.holds[flow] = nil
       elseif raw > 0 then
-        redis.call('HSET', KEYS[5], flow, int(-until_us)) -- brought back once
+        hold(R, flow, -until_us) -- brought back once
       end
     elseif next_hold == 0 or until_us < next_hold then
       next_hold = until_us
@@ -351,7 +370,7 @@ local function pick()
           local held_back = held_until(R, flow)
           if held_back > horizon then
             redis.call('ZREM', KEYS[2], id)
-            redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+            set_aside(R, flow, tag, id)
             aside, out, touched = aside + 1, out + 1, true
           else
             eligible = math.max(eligible, held_back)
@@ -408,7 +427,7 @@ for _ = 1, most do
   local r = pick()
   if r == false then
     if #out == 0 then
-      write_v()
+      write_v() -- (release wrote the meter's instant before putting back)
       return {0, now, now} -- a meter had no room: try again at once
     end
     break
@@ -448,6 +467,7 @@ for _ = 1, most do
   slot_at = now + ceil_div(start, den)
 end
 write_v()
+write_planned()
 room_keep(R, tonumber(ARGV[7])) -- waiters were let out: the room outlives them
 -- The tasks go to the head of their queues latest slot first, so that the
 -- earliest is taken first.

@@ -70,8 +70,8 @@
 //     holder's Throttler is closed. On one Redis server (on a Cluster,
 //     when the rules key the task by the same value) a task's starts on
 //     all these rules are one call, which also puts a refused task in the
-//     room; and on one Redis server a release lets out up to eight
-//     waiters whose slots fall within the lead and 250 ms more, booking
+//     room; and on one Redis server a release lets out up to 16
+//     waiters whose slots fall within the lead and 500 ms more, booking
 //     their slots on their other rules and moving their tasks in its own
 //     call, for the waiters the dispatcher expects (the first in the
 //     room's order).

@@ -139,8 +139,8 @@ func (t *Throttler) letOut(ctx context.Context, rule *Rule, key string, rel gate
 // after it: they come to a worker up to that much earlier than they must,
 // and wait there for their slots.
 const (
-	releaseMost   = 8
-	releaseWindow = 250 * time.Millisecond
+	releaseMost   = 16
+	releaseWindow = 500 * time.Millisecond
 )
 
 // roomLead is how long before its start a waiter is let out of a room: the

@@ -43,6 +43,14 @@ local function ttl_ms(us)
   return int(math.max(1, ceil_div(us, 1000)))
 end
 
+-- hold stores how flow is held back (value as the held hash holds it).
+local function hold(R, flow, value)
+  redis.call('HSET', R.held, flow, int(value))
+  if R.holds then
+    R.holds[flow] = value
+  end
+end
+
 -- move_to_head moves asynq task id from its queue's retry or scheduled set
 -- to the head of the queue (asynq v0.26's keys: retry, scheduled, pending
 -- and the task's hash, all in the queue's Cluster slot), marking it

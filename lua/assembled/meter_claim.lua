@@ -240,7 +240,10 @@ end
 -- Waiting rooms of the worker (see room.lua). R names a room's keys:
 -- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
--- R.aside, the waiters set aside.
+-- R.aside, the waiters set aside. A call that reads a room's holds and
+-- its waiters set aside many times keeps them in R as well: R.holds, the
+-- held hash as read (flow -> stored value), and R.aside_n, how many are
+-- set aside; the functions below keep both up to date as they write.
 
 -- room_keep renews the expiry of a room's keys.
 local function room_keep(R, lifetime)
@@ -260,10 +263,21 @@ local function aside_member(flow, tag, id)
   return flow_prefix(flow) .. string.rep('0', 16 - #digits) .. digits .. id
 end
 
+-- set_aside puts waiter id of flow, tagged tag, among the waiters set aside.
+local function set_aside(R, flow, tag, id)
+  redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  if R.aside_n then
+    R.aside_n = R.aside_n + 1
+  end
+end
+
 -- held_until returns until when flow is held back (0: it is not). A hold
 -- is stored negated once its flow's first waiter set aside was brought
 -- back for its end.
 local function held_until(R, flow)
+  if R.holds then
+    return math.abs(tonumber(R.holds[flow]) or 0)
+  end
   return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
 end
 
@@ -308,10 +322,14 @@ end
 -- flow's tags advance by units × 1,000,000 / weight). A waiter there
 -- already (a task handed over to a copy of itself comes back under a new
 -- asynq ID) keeps its place, tag and release, and takes the new payload
--- and, waiting, the later soonest start. Returns {waiters in the room and
--- set aside, 1 if it entered now, now}.
-local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
-  local known = redis.call('HGET', R.waiters, id)
+-- and, waiting, the later soonest start. known is its entry in the
+-- waiters' hash when the caller read it already (false: it has none), nil
+-- when not. Returns {waiters in the room and set aside, 1 if it entered
+-- now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units, known)
+  if known == nil then
+    known = redis.call('HGET', R.waiters, id)
+  end
   if known then
     local released, waiting = '', known
     if string.sub(known, 1, 1) == '=' then
@@ -330,18 +348,22 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   if weight == 0 then
     tag = redis.call('HINCRBY', R.flows, '#', 1)
   else
-    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
-    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
-    tag = math.max(v, finish)
+    local tags = redis.call('HMGET', R.flows, '', flow) -- V, the flow's finish
+    tag = math.max(tonumber(tags[1]) or 0, tonumber(tags[2]) or 0)
     redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
   end
+  local into = R.room
   if held_until(R, flow) > now then
-    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+    set_aside(R, flow, tag, id)
+    into = R.aside
   else
     redis.call('ZADD', R.room, int(tag), id)
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
-  room_keep(R, lifetime)
+  -- The keys written outlive this write (the others, a release's).
+  for _, key in ipairs({R.waiters, R.flows, into}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
 
@@ -432,6 +454,9 @@ end
 
 local now = server_now()
 
+-- read_entries: the room's entries claim read, by waiters' key and waiter ID
+-- (false: none), so that entering the room reads none again.
+local read_entries = {}
 
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
@@ -439,6 +464,7 @@ local function wait_again(K, A, waiter, waiting)
   local b1 = string.find(waiting, '|', 1, true)
   local b2 = string.find(waiting, '|', b1 + 1, true)
   redis.call('HSET', K[4], waiter, waiting)
+  read_entries[K[4] .. '\0' .. waiter] = nil -- read again when needed
   redis.call('ZADD', K[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
   for i = 4, 5 do
     redis.call('PEXPIRE', K[i], ttl_ms(tonumber(A[11])))
@@ -454,6 +480,7 @@ local function undo(K, A)
   local back = cancel(K[1], nil, now, debt, cost, tolerance, per_unit, den, tonumber(A[8]), tonumber(A[9]))[1]
   if source == 2 and A[10] ~= '' then
     redis.call('HSET', K[4], waiter, A[10])
+    read_entries[K[4] .. '\0' .. waiter] = nil
     redis.call('PEXPIRE', K[4], ttl_ms(tonumber(A[11])))
   end
   return {back, 0, now, 0, 0, ''}
@@ -494,6 +521,7 @@ local function claim(K, A)
     end
   elseif source == 2 then
     local info = redis.call('HGET', K[4], waiter)
+    read_entries[K[4] .. '\0' .. waiter] = info
     if info and string.sub(info, 1, 1) == '=' then
       -- "=<end us>:<end ticks>:<slot us>|..."
       local c1 = string.find(info, ':', 1, true)
@@ -637,7 +665,7 @@ if first == 6 then
   after = tonumber(ARGV[E + 3])
 end
 local entered = enter_room(R, now, ARGV[7], ARGV[E + 1], tonumber(ARGV[E + 2]), after, ARGV[E + 4], tonumber(ARGV[11]),
-  tonumber(ARGV[2]))
+  tonumber(ARGV[2]), read_entries[R.waiters .. '\0' .. ARGV[7]])
 for _, v in ipairs(entered) do
   out[#out + 1] = v
 end

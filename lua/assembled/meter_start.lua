@@ -311,7 +311,10 @@ end
 -- Waiting rooms of the worker (see room.lua). R names a room's keys:
 -- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
--- R.aside, the waiters set aside.
+-- R.aside, the waiters set aside. A call that reads a room's holds and
+-- its waiters set aside many times keeps them in R as well: R.holds, the
+-- held hash as read (flow -> stored value), and R.aside_n, how many are
+-- set aside; the functions below keep both up to date as they write.
 
 -- room_lease returns who holds a room's dispatcher lease (key; see
 -- room.lua's release) and when it ends, us on the Redis clock: '' and 0

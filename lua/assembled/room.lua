@@ -292,7 +292,10 @@ end
 -- Waiting rooms of the worker (see room.lua). R names a room's keys:
 -- R.room, the sorted set of waiters by tag; R.waiters, the hash of their
 -- entries; R.flows, the flows' finish tags; R.held, the flows held back;
--- R.aside, the waiters set aside.
+-- R.aside, the waiters set aside. A call that reads a room's holds and
+-- its waiters set aside many times keeps them in R as well: R.holds, the
+-- held hash as read (flow -> stored value), and R.aside_n, how many are
+-- set aside; the functions below keep both up to date as they write.
 
 -- room_keep renews the expiry of a room's keys.
 local function room_keep(R, lifetime)
@@ -319,13 +322,27 @@ local function first_aside(R, flow)
   return found[1]
 end
 
+-- set_aside puts waiter id of flow, tagged tag, among the waiters set aside.
+local function set_aside(R, flow, tag, id)
+  redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+  if R.aside_n then
+    R.aside_n = R.aside_n + 1
+  end
+end
+
 -- bring_back returns flow's first waiter set aside to the room.
 local function bring_back(R, flow)
+  if R.aside_n == 0 then
+    return
+  end
   local member = first_aside(R, flow)
   if member then
     local at = #flow_prefix(flow)
     redis.call('ZREM', R.aside, member)
     redis.call('ZADD', R.room, tonumber(string.sub(member, at + 1, at + 16)), string.sub(member, at + 17))
+    if R.aside_n then
+      R.aside_n = R.aside_n - 1
+    end
   end
 end
 
@@ -333,7 +350,18 @@ end
 -- is stored negated once its flow's first waiter set aside was brought
 -- back for its end.
 local function held_until(R, flow)
+  if R.holds then
+    return math.abs(tonumber(R.holds[flow]) or 0)
+  end
   return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- hold stores how flow is held back (value as the held hash holds it).
+local function hold(R, flow, value)
+  redis.call('HSET', R.held, flow, int(value))
+  if R.holds then
+    R.holds[flow] = value
+  end
 end
 
 -- parse_waiter splits a waiting waiter's entry into eligible, flow,
@@ -377,10 +405,14 @@ end
 -- flow's tags advance by units × 1,000,000 / weight). A waiter there
 -- already (a task handed over to a copy of itself comes back under a new
 -- asynq ID) keeps its place, tag and release, and takes the new payload
--- and, waiting, the later soonest start. Returns {waiters in the room and
--- set aside, 1 if it entered now, now}.
-local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units)
-  local known = redis.call('HGET', R.waiters, id)
+-- and, waiting, the later soonest start. known is its entry in the
+-- waiters' hash when the caller read it already (false: it has none), nil
+-- when not. Returns {waiters in the room and set aside, 1 if it entered
+-- now, now}.
+local function enter_room(R, now, id, flow, weight, after, payload, lifetime, units, known)
+  if known == nil then
+    known = redis.call('HGET', R.waiters, id)
+  end
   if known then
     local released, waiting = '', known
     if string.sub(known, 1, 1) == '=' then
@@ -399,18 +431,22 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
   if weight == 0 then
     tag = redis.call('HINCRBY', R.flows, '#', 1)
   else
-    local v = tonumber(redis.call('HGET', R.flows, '')) or 0
-    local finish = tonumber(redis.call('HGET', R.flows, flow)) or 0
-    tag = math.max(v, finish)
+    local tags = redis.call('HMGET', R.flows, '', flow) -- V, the flow's finish
+    tag = math.max(tonumber(tags[1]) or 0, tonumber(tags[2]) or 0)
     redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
   end
+  local into = R.room
   if held_until(R, flow) > now then
-    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+    set_aside(R, flow, tag, id)
+    into = R.aside
   else
     redis.call('ZADD', R.room, int(tag), id)
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
-  room_keep(R, lifetime)
+  -- The keys written outlive this write (the others, a release's).
+  for _, key in ipairs({R.waiters, R.flows, into}) do
+    redis.call('PEXPIRE', key, ttl_ms(lifetime))
+  end
   return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
 end
 
@@ -432,8 +468,8 @@ local function put_back(R, state, now, id, burst, per_unit, den, end_us, end_tic
   cancel(state, nil, now, debt, units * per_unit, burst * per_unit, per_unit, den, end_us, end_ticks)
   redis.call('HSET', R.waiters, id, waiting)
   if until_us > now then
-    redis.call('HSET', R.held, flow, int(until_us))
-    redis.call('ZADD', R.aside, 0, aside_member(flow, tag, id))
+    hold(R, flow, until_us)
+    set_aside(R, flow, tag, id)
   else
     redis.call('ZADD', R.room, int(tag), id)
   end
@@ -655,12 +691,15 @@ if owner ~= '' then
   redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
 end
 
+-- This call keeps count of the waiters set aside (see common.lua).
+R.aside_n = redis.call('ZCARD', KEYS[6])
+
 -- emptied returns, when the room is empty (nobody in it or set aside),
 -- what a release of it returns, having given up the lease this call holds:
 -- the dispatcher of the next waiter to enter lets it out at its turn,
 -- without waiting for the lease to run out. It returns nil otherwise.
 local function emptied()
-  if redis.call('ZCARD', KEYS[2]) > 0 or redis.call('ZCARD', KEYS[6]) > 0 then
+  if R.aside_n > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
     return nil
   end
   if owner ~= '' then
@@ -710,11 +749,21 @@ local function write_v()
   end
 end
 
+-- The meter's instant, moved by each release, is written once, by
+-- write_planned, before anything reads it again or the call returns.
+local planned = false
+local function write_planned()
+  if planned then
+    store_instant(KEYS[1], now, debt, per_unit, den)
+    planned = false
+  end
+end
+
 -- release lets a waiter out with its start at start ticks from now; its
 -- flow's next waiter set aside, if any, takes its place in the room.
 local function release(id, info, flow, payload, tag, units)
   debt = math.max(debt, start) + units * per_unit
-  store_instant(KEYS[1], now, debt, per_unit, den)
+  planned = true
   local end_us, end_ticks = instant_after(now, debt, den)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HSET', KEYS[3], id, '=' .. int(end_us) .. ':' .. int(end_ticks) .. ':' .. int(now + ceil_div(start, den)) .. '|' .. info)
@@ -738,6 +787,7 @@ local function release(id, info, flow, payload, tag, units)
           local T = taken[t]
           cancel(T[1][1], T[1][2], now, ticks_until(T[1][1], now, T[4], T[5]), T[2] * T[4], T[3] * T[4], T[4], T[5], T[6], T[7])
         end
+        write_planned()
         put_back(R, KEYS[1], now, id, burst, per_unit, den, end_us, end_ticks, slot_us + r[3], tonumber(ARGV[7]))
         debt = math.max(ticks_until(KEYS[1], now, per_unit, den), ticks_until(KEYS[7], now, per_unit, den))
         return false
@@ -750,7 +800,7 @@ local function release(id, info, flow, payload, tag, units)
     if next_room > slot_us and next_room > held_until(R, flow) then
       -- The flow's own limits have no room before then: its next waiter
       -- is held back till then, rather than let out only to be put back.
-      redis.call('HSET', R.held, flow, int(next_room))
+      hold(R, flow, next_room)
     end
     moved = 3 -- moved at the end of the call (see below)
   end
@@ -785,6 +835,10 @@ local touched = false -- the room's waiters moved: its keys are kept, whoever go
 local function bring_back_due()
   next_hold = 0
   local holds = redis.call('HGETALL', KEYS[5])
+  R.holds = {} -- read here, kept by what writes them (see common.lua)
+  for i = 1, #holds, 2 do
+    R.holds[holds[i]] = tonumber(holds[i + 1])
+  end
   for i = 1, #holds, 2 do
     local flow, raw = holds[i], tonumber(holds[i + 1])
     local until_us = math.abs(raw)
@@ -795,8 +849,9 @@ local function bring_back_due()
       end
       if until_us <= now then
         redis.call('HDEL', KEYS[5], flow)
+        R.holds[flow] = nil
       elseif raw > 0 then
-        redis.call('HSET', KEYS[5], flow, int(-until_us)) -- brought back once
+        hold(R, flow, -until_us) -- brought back once
       end
     elseif next_hold == 0 or until_us < next_hold then
       next_hold = until_us
@@ -834,7 +889,7 @@ local function pick()
           local held_back = held_until(R, flow)
           if held_back > horizon then
             redis.call('ZREM', KEYS[2], id)
-            redis.call('ZADD', KEYS[6], 0, aside_member(flow, tag, id))
+            set_aside(R, flow, tag, id)
             aside, out, touched = aside + 1, out + 1, true
           else
             eligible = math.max(eligible, held_back)
@@ -891,7 +946,7 @@ for _ = 1, most do
   local r = pick()
   if r == false then
     if #out == 0 then
-      write_v()
+      write_v() -- (release wrote the meter's instant before putting back)
       return {0, now, now} -- a meter had no room: try again at once
     end
     break
@@ -931,6 +986,7 @@ for _ = 1, most do
   slot_at = now + ceil_div(start, den)
 end
 write_v()
+write_planned()
 room_keep(R, tonumber(ARGV[7])) -- waiters were let out: the room outlives them
 -- The tasks go to the head of their queues latest slot first, so that the
 -- earliest is taken first.
