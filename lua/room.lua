@@ -357,11 +357,15 @@ local function pick()
     local from, size, seen = 0, 4, 0
     while from < SCAN and seen < SCAN do
       local waiters = redis.call('ZRANGE', KEYS[2], from, from + size - 1)
+      local infos = {}
+      if #waiters > 0 then
+        infos = redis.call('HMGET', KEYS[3], unpack(waiters))
+      end
       local out = 0
       seen = seen + #waiters
       for i = 1, #waiters do
         local id = waiters[i]
-        local info = redis.call('HGET', KEYS[3], id)
+        local info = infos[i]
         if not info or string.sub(info, 1, 1) == '=' then
           redis.call('ZREM', KEYS[2], id) -- left, expired, or released
           out = out + 1
@@ -478,12 +482,16 @@ end
 -- The waiters most likely let out next, to prepare for: the first in the
 -- room's order.
 out[#out + 1] = '#'
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, most - 1)) do
-  local info = redis.call('HGET', KEYS[3], id)
-  if info and string.sub(info, 1, 1) ~= '=' then
-    local _, _, payload = parse_waiter(info)
-    out[#out + 1] = id
-    out[#out + 1] = payload
+local next_ids = redis.call('ZRANGE', KEYS[2], 0, most - 1)
+if #next_ids > 0 then
+  local infos = redis.call('HMGET', KEYS[3], unpack(next_ids))
+  for i, id in ipairs(next_ids) do
+    local info = infos[i]
+    if info and string.sub(info, 1, 1) ~= '=' then
+      local _, _, payload = parse_waiter(info)
+      out[#out + 1] = id
+      out[#out + 1] = payload
+    end
   end
 end
 return out
