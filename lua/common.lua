@@ -325,7 +325,8 @@ end
 -- R.aside, the waiters set aside. A call that reads a room's holds and
 -- its waiters set aside many times keeps them in R as well: R.holds, the
 -- held hash as read (flow -> stored value), and R.aside_n, how many are
--- set aside; the functions below keep both up to date as they write.
+-- set aside; a call that counted the room keeps R.room_n. The functions
+-- below keep them up to date as they write.
 
 -- room_keep renews the expiry of a room's keys.
 local function room_keep(R, lifetime)
@@ -384,6 +385,12 @@ local function held_until(R, flow)
     return math.abs(tonumber(R.holds[flow]) or 0)
   end
   return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- waiting_count returns how many wait in the room and set aside, from
+-- R.room_n and R.aside_n where the call knows them.
+local function waiting_count(R)
+  return (R.room_n or redis.call('ZCARD', R.room)) + (R.aside_n or redis.call('ZCARD', R.aside))
 end
 
 -- hold stores how flow is held back (value as the held hash holds it).
@@ -471,7 +478,7 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     end
     redis.call('HSET', R.waiters, id, released .. waiting_info(eligible, tag, units, old_flow, payload))
     room_keep(R, lifetime)
-    return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 0, now}
+    return {waiting_count(R), 0, now}
   end
   local tag
   if weight == 0 then
@@ -486,14 +493,17 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     set_aside(R, flow, tag, id)
     into = R.aside
   else
-    redis.call('ZADD', R.room, int(tag), id)
+    local added = redis.call('ZADD', R.room, int(tag), id)
+    if R.room_n then
+      R.room_n = R.room_n + added
+    end
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
   -- The keys written outlive this write (the others, a release's).
   for _, key in ipairs({R.waiters, R.flows, into}) do
     redis.call('PEXPIRE', key, ttl_ms(lifetime))
   end
-  return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
+  return {waiting_count(R), 1, now}
 end
 
 -- put_back returns a released waiter id of a room to its place: the

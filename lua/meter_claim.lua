@@ -85,8 +85,9 @@
 local now = server_now()
 
 -- read_entries: the room's entries claim read, by waiters' key and waiter ID
--- (false: none), so that entering the room reads none again.
-local read_entries = {}
+-- (false: none), and read_counts the sizes of the sets it counted, by key,
+-- so that entering the room reads none of them again.
+local read_entries, read_counts = {}, {}
 
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
@@ -96,6 +97,7 @@ local function wait_again(K, A, waiter, waiting)
   redis.call('HSET', K[4], waiter, waiting)
   read_entries[K[4] .. '\0' .. waiter] = nil -- read again when needed
   redis.call('ZADD', K[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+  read_counts[K[5]] = nil
   for i = 4, 5 do
     redis.call('PEXPIRE', K[i], ttl_ms(tonumber(A[11])))
   end
@@ -158,8 +160,15 @@ local function claim(K, A)
       local c2 = string.find(info, ':', c1 + 1, true)
       local bar = string.find(info, '|', 1, true)
       held, release = tonumber(string.sub(info, c2 + 1, bar - 1)), info
-    elseif info or redis.call('ZCARD', K[5]) > 0 or redis.call('ZCARD', K[6]) > 0 then
+    elseif info then
       return {0, 0, now, 0, 0, ''} -- the room decides
+    else
+      for i = 5, 6 do
+        read_counts[K[i]] = redis.call('ZCARD', K[i])
+        if read_counts[K[i]] > 0 then
+          return {0, 0, now, 0, 0, ''} -- the room decides
+        end
+      end
     end
   end
 
@@ -289,7 +298,8 @@ end
 -- Refused, and not a released waiter's start: the task waits in the first
 -- meter's room.
 local K1, E = part(1), 10 * meters + 1
-local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 2], held = KEYS[#KEYS - 1], aside = K1[6]}
+local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 2], held = KEYS[#KEYS - 1], aside = K1[6],
+  room_n = read_counts[K1[5]], aside_n = read_counts[K1[6]]}
 local after = along_wait
 if first == 6 then
   after = tonumber(ARGV[E + 3])

@@ -243,7 +243,8 @@ end
 -- R.aside, the waiters set aside. A call that reads a room's holds and
 -- its waiters set aside many times keeps them in R as well: R.holds, the
 -- held hash as read (flow -> stored value), and R.aside_n, how many are
--- set aside; the functions below keep both up to date as they write.
+-- set aside; a call that counted the room keeps R.room_n. The functions
+-- below keep them up to date as they write.
 
 -- room_keep renews the expiry of a room's keys.
 local function room_keep(R, lifetime)
@@ -279,6 +280,12 @@ local function held_until(R, flow)
     return math.abs(tonumber(R.holds[flow]) or 0)
   end
   return math.abs(tonumber(redis.call('HGET', R.held, flow)) or 0)
+end
+
+-- waiting_count returns how many wait in the room and set aside, from
+-- R.room_n and R.aside_n where the call knows them.
+local function waiting_count(R)
+  return (R.room_n or redis.call('ZCARD', R.room)) + (R.aside_n or redis.call('ZCARD', R.aside))
 end
 
 -- parse_waiter splits a waiting waiter's entry into eligible, flow,
@@ -342,7 +349,7 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     end
     redis.call('HSET', R.waiters, id, released .. waiting_info(eligible, tag, units, old_flow, payload))
     room_keep(R, lifetime)
-    return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 0, now}
+    return {waiting_count(R), 0, now}
   end
   local tag
   if weight == 0 then
@@ -357,14 +364,17 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     set_aside(R, flow, tag, id)
     into = R.aside
   else
-    redis.call('ZADD', R.room, int(tag), id)
+    local added = redis.call('ZADD', R.room, int(tag), id)
+    if R.room_n then
+      R.room_n = R.room_n + added
+    end
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
   -- The keys written outlive this write (the others, a release's).
   for _, key in ipairs({R.waiters, R.flows, into}) do
     redis.call('PEXPIRE', key, ttl_ms(lifetime))
   end
-  return {redis.call('ZCARD', R.room) + redis.call('ZCARD', R.aside), 1, now}
+  return {waiting_count(R), 1, now}
 end
 
 
@@ -455,8 +465,9 @@ end
 local now = server_now()
 
 -- read_entries: the room's entries claim read, by waiters' key and waiter ID
--- (false: none), so that entering the room reads none again.
-local read_entries = {}
+-- (false: none), and read_counts the sizes of the sets it counted, by key,
+-- so that entering the room reads none of them again.
+local read_entries, read_counts = {}, {}
 
 -- wait_again puts a released waiter back in the room, in its place,
 -- waiting as `waiting` says.
@@ -466,6 +477,7 @@ local function wait_again(K, A, waiter, waiting)
   redis.call('HSET', K[4], waiter, waiting)
   read_entries[K[4] .. '\0' .. waiter] = nil -- read again when needed
   redis.call('ZADD', K[5], string.sub(waiting, b1 + 1, b2 - 1), waiter)
+  read_counts[K[5]] = nil
   for i = 4, 5 do
     redis.call('PEXPIRE', K[i], ttl_ms(tonumber(A[11])))
   end
@@ -528,8 +540,15 @@ local function claim(K, A)
       local c2 = string.find(info, ':', c1 + 1, true)
       local bar = string.find(info, '|', 1, true)
       held, release = tonumber(string.sub(info, c2 + 1, bar - 1)), info
-    elseif info or redis.call('ZCARD', K[5]) > 0 or redis.call('ZCARD', K[6]) > 0 then
+    elseif info then
       return {0, 0, now, 0, 0, ''} -- the room decides
+    else
+      for i = 5, 6 do
+        read_counts[K[i]] = redis.call('ZCARD', K[i])
+        if read_counts[K[i]] > 0 then
+          return {0, 0, now, 0, 0, ''} -- the room decides
+        end
+      end
     end
   end
 
@@ -659,7 +678,8 @@ end
 -- Refused, and not a released waiter's start: the task waits in the first
 -- meter's room.
 local K1, E = part(1), 10 * meters + 1
-local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 2], held = KEYS[#KEYS - 1], aside = K1[6]}
+local R = {room = K1[5], waiters = K1[4], flows = KEYS[#KEYS - 2], held = KEYS[#KEYS - 1], aside = K1[6],
+  room_n = read_counts[K1[5]], aside_n = read_counts[K1[6]]}
 local after = along_wait
 if first == 6 then
   after = tonumber(ARGV[E + 3])

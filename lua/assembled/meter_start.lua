@@ -314,7 +314,8 @@ end
 -- R.aside, the waiters set aside. A call that reads a room's holds and
 -- its waiters set aside many times keeps them in R as well: R.holds, the
 -- held hash as read (flow -> stored value), and R.aside_n, how many are
--- set aside; the functions below keep both up to date as they write.
+-- set aside; a call that counted the room keeps R.room_n. The functions
+-- below keep them up to date as they write.
 
 -- room_lease returns who holds a room's dispatcher lease (key; see
 -- room.lua's release) and when it ends, us on the Redis clock: '' and 0
