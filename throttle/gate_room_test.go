@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -369,5 +370,61 @@ func TestReleaseLetsSeveralOutInOneCall(t *testing.T) {
 	batch.Prepared = nil
 	if rel, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{}, batch); err != nil || !rel.OK || len(rel.More) != 0 {
 		t.Fatalf("not prepared for: %+v, %v; want one waiter let out", rel, err)
+	}
+}
+
+// TestAHeldFlowComesBackWithinOneRelease: a release that looks further
+// ahead after its first waiter (its window) brings back the waiters of a
+// flow whose hold ends within that window and lets them out in the same
+// call, one after the other as each comes back, at the hold's end and the
+// meter's next start; nothing is left set aside, and every key the call
+// wrote expires.
+func TestAHeldFlowComesBackWithinOneRelease(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	batch := workergate.Batch{Window: 200 * time.Millisecond, Most: 4}
+	for i, w := range []struct{ id, flow string }{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}} {
+		// First come, first served: a1, a2, then b1.
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", w.id, w.flow, 0, 1, 0, "p"+w.id); err != nil {
+			t.Fatal(err)
+		}
+		id := "task" + itoa(i)
+		batch.Prepared = append(batch.Prepared, &workergate.Prepared{Waiter: w.id, TaskID: id,
+			TaskKeys: []string{tg.Prefix + "retry", tg.Prefix + "scheduled", tg.Prefix + "pending", tg.Prefix + "t:" + id}})
+	}
+	// Flow a is held for 150 ms, beyond the lead (100 ms) but within the
+	// window after it: a1 and a2 are set aside, b1 goes at once, and then
+	// a1 at the hold's end and a2 at the meter's next start.
+	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(150 * time.Millisecond)}
+	rel, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{}, batch)
+	if err != nil || !rel.OK {
+		t.Fatalf("Release: %+v, %v; want waiters let out", rel, err)
+	}
+	want := []struct {
+		id string
+		at time.Duration
+	}{{"b1", 0}, {"a1", 150 * time.Millisecond}, {"a2", 200 * time.Millisecond}}
+	got := append([]workergate.Released{rel}, rel.More...)
+	if len(got) != len(want) {
+		t.Fatalf("let out %d in one call: %+v; want %d", len(got), got, len(want))
+	}
+	for i, w := range want {
+		if got[i].Waiter != w.id || got[i].Payload != "p"+w.id || !got[i].Slot.Equal(clock.Now().Add(w.at)) {
+			t.Errorf("let out %d: %s (%q) at %s; want %s at +%s", i, got[i].Waiter, got[i].Payload, got[i].Slot, w.id, w.at)
+		}
+	}
+	for _, k := range tg.Keys(t) {
+		if strings.HasSuffix(k, ":aside") {
+			n, err := tg.Client.ZCard(ctx, k).Result()
+			t.Errorf("after the call %s holds %d waiters set aside (%v); want none", k, n, err)
+		}
+	}
+	checkTTLs(t, tg)
+	// The meter's instant holds all three: the next start is 250 ms on.
+	again, err := workergate.Release(ctx, l, "all", 1, 100*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
+	if err != nil || again.OK || !again.Due.IsZero() {
+		t.Fatalf("right after: %+v, %v; want nobody, the room empty", again, err)
 	}
 }
