@@ -56,7 +56,7 @@
 --          ID; from KEYS[4], four KEYS for each, in turn: asynq's retry,
 --          scheduled and pending keys of the task's queue and the task's
 --          hash. A prepared waiter that is called has its task moved to the
---          head of its queue in this call (common.lua's move_to_head), and
+--          head of its queue in this call (common_worker.lua's move_to_head), and
 --          its payload is not returned (only the called waiters whose task
 --          was not moved are: not back in asynq yet, or gone)
 -- wait:    ARGV[8] budget: how long the waiter may wait here, us (absent

@@ -3,9 +3,11 @@
 //
 // Each script's own file (gcra and token bucket share meter.lua) opens with
 // a header naming its KEYS, ARGV and return value; common.lua holds the
-// helpers they share. The file Redis runs is assembled/<name>.lua: the
-// opening of common.lua, the helpers the script uses, and the script, so
-// the line numbers in an error from Redis point into that file. `go
+// helpers they share, and common_worker.lua those of the worker's waiting
+// rooms, return lanes and bookings. The file Redis runs is
+// assembled/<name>.lua: the opening of common.lua, the helpers of both
+// files the script uses, and the script, so the line numbers in an error
+// from Redis point into that file. `go
 // generate ./lua/` writes the assembled files after a script changes (see
 // internal/luagen); a test fails while one is not current. The worker's and
 // the scheduler's own scripts live in those packages' lua folders, built

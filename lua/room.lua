@@ -82,7 +82,7 @@
 --          hash, then four for each of its meters: its instant, the
 --          waiter's ticket, the tickets' generation, its starts. When such
 --          a waiter is let out, its slot is booked on each of those meters
---          by its ID (see common.lua's book_at) and its task moved to the
+--          by its ID (see common_worker.lua's book_at) and its task moved to the
 --          head of its queue; a meter with no room at the slot puts the
 --          waiter back (as put back does), holds its flow until the meter
 --          has room, and ends the call (due now, when it was the first);
@@ -94,7 +94,7 @@
 --          end ticks, flow, now_us, next_us, units, booked, moved} for each
 --          waiter released, in turn (next_us: when the next may be;
 --          booked: 1 when it was a waiter prepared for, booked on its other
---          meters; moved: common.lua's move_to_head, or -1), then "#" and
+--          meters; moved: common_worker.lua's move_to_head, or -1), then "#" and
 --          the IDs and payloads of the first most waiting in the room's
 --          order; {0, due_us, now_us} otherwise,
 --          due_us the instant to try again (0: the room is empty); {2,
@@ -172,7 +172,7 @@ if owner ~= '' then
   redis.call('SET', KEYS[8], owner, 'PX', ttl_ms(tonumber(ARGV[10])))
 end
 
--- This call keeps count of the waiters set aside (see common.lua).
+-- This call keeps count of the waiters set aside (see common_worker.lua).
 R.aside_n = redis.call('ZCARD', KEYS[6])
 
 -- emptied returns, when the room is empty (nobody in it or set aside),
@@ -316,7 +316,7 @@ local touched = false -- the room's waiters moved: its keys are kept, whoever go
 local function bring_back_due()
   next_hold = 0
   local holds = redis.call('HGETALL', KEYS[5])
-  R.holds = {} -- read here, kept by what writes them (see common.lua)
+  R.holds = {} -- read here, kept by what writes them (see common_worker.lua)
   for i = 1, #holds, 2 do
     R.holds[holds[i]] = tonumber(holds[i + 1])
   end

@@ -224,7 +224,7 @@ var Inspecting any
 // initialised.
 var ParseConcurrency func(form string) (limit int, lease time.Duration, err error)
 
-// RoomWaiter reads a waiting room's entry for one waiter (common.lua's
+// RoomWaiter reads a waiting room's entry for one waiter (common_worker.lua's
 // waiting_info: "eligible|tag|u<units>|<length>|<flow><payload>"): its
 // fair-queueing tag, its units and its flow. ok is false for a waiter let
 // out already (its entry starts with '=') or an entry not of that form.
