@@ -428,3 +428,47 @@ func TestAHeldFlowComesBackWithinOneRelease(t *testing.T) {
 		t.Fatalf("right after: %+v, %v; want nobody, the room empty", again, err)
 	}
 }
+
+// TestEntriesKeepARoomsHeldFlowsWhileNobodyIsLetOut: while a room's meter
+// lets nobody out (blocked for days), only entries write to the room;
+// each keeps every key of the room, the waiters set aside and the holds
+// among them, so that a held flow's waiters are still there, in order,
+// when the meter lets anyone out again.
+func TestEntriesKeepARoomsHeldFlowsWhileNobodyIsLetOut(t *testing.T) {
+	tg := redistest.Embedded(t)
+	clock := tg.Clock(t)
+	l := newLimiter(t, tg, throttle.GCRA{Rate: throttle.PerSecond(20), Burst: 1})
+	ctx := context.Background()
+	if _, _, err := workergate.EnterRoom(ctx, l, "all", "a1", "a", 1, 1, 0, "p"); err != nil {
+		t.Fatal(err)
+	}
+	// Flow a held for two days: a1 is set aside.
+	hold := workergate.Hold{Flow: "a", Until: clock.Now().Add(48 * time.Hour)}
+	if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, []workergate.Hold{hold}, workergate.Dispatcher{}, workergate.Batch{}); err != nil || rel.OK {
+		t.Fatalf("a release with flow a held: %+v, %v; want none", rel, err)
+	}
+	if err := l.BlockFor(ctx, "all", 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// Others enter every 20 hours; nobody is let out.
+	for i := range 3 {
+		clock.Advance(20 * time.Hour)
+		if _, _, err := workergate.EnterRoom(ctx, l, "all", "b"+itoa(i), "b", 1, 1, 0, "p"); err != nil {
+			t.Fatal(err)
+		}
+		if rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{}); err != nil || rel.OK {
+			t.Fatalf("a release while blocked: %+v, %v; want none", rel, err)
+		}
+	}
+	// 60 hours on: a's hold has ended and the block will soon. a1 comes
+	// back, and goes first, its tag before the b's.
+	size, _, err := workergate.EnterRoom(ctx, l, "all", "c0", "c", 1, 1, 0, "p")
+	if err != nil || size != 5 {
+		t.Fatalf("EnterRoom: %d waiters, %v; want 5, a1 set aside among them", size, err)
+	}
+	clock.Advance(12 * time.Hour)
+	rel, err := workergate.Release(ctx, l, "all", 1, 300*time.Millisecond, 0, nil, workergate.Dispatcher{}, workergate.Batch{})
+	if err != nil || !rel.OK || rel.Waiter != "a1" {
+		t.Fatalf("the first release after the block: %+v, %v; want a1", rel, err)
+	}
+}

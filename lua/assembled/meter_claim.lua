@@ -366,10 +366,8 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     tag = math.max(tonumber(tags[1]) or 0, tonumber(tags[2]) or 0)
     redis.call('HSET', R.flows, flow, int(tag + units * math.max(1, floor_div(1000000, weight))))
   end
-  local into = R.room
   if held_until(R, flow) > now then
     set_aside(R, flow, tag, id)
-    into = R.aside
   else
     local added = redis.call('ZADD', R.room, int(tag), id)
     if R.room_n then
@@ -377,10 +375,10 @@ local function enter_room(R, now, id, flow, weight, after, payload, lifetime, un
     end
   end
   redis.call('HSET', R.waiters, id, waiting_info(now + after, tag, units, flow, payload))
-  -- The keys written outlive this write (the others, a release's).
-  for _, key in ipairs({R.waiters, R.flows, into}) do
-    redis.call('PEXPIRE', key, ttl_ms(lifetime))
-  end
+  -- Every key of the room outlives this write, those it did not write
+  -- too: while its meter lets nobody out (blocked), entries are what
+  -- keep the holds and the waiters set aside.
+  room_keep(R, lifetime)
   return {waiting_count(R), 1, now}
 end
 
