@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobthrottle/jobthrottle/dashboard"
+	"github.com/jobthrottle/jobthrottle/internal/keyspace"
 	"github.com/jobthrottle/jobthrottle/internal/redistest"
 	"github.com/jobthrottle/jobthrottle/throttle"
 	"github.com/redis/go-redis/v9"
@@ -159,6 +160,7 @@ func TestDashboardReadsALiveLimiterUnderItsStoredPolicies(t *testing.T) {
 	if err := pub.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	registered(t, tgt, "partner-api") // which says it applies stored policies
 	s := serveDashboard(t, tgt)
 	for _, tc := range []struct {
 		key, policy string
@@ -180,6 +182,26 @@ func TestDashboardReadsALiveLimiterUnderItsStoredPolicies(t *testing.T) {
 	}
 }
 
+// registered waits until the limiter named name has written its entry in
+// the registry of names, which it does in the background after its first
+// decision: under a busy machine, a moment later.
+func registered(t *testing.T, tgt *redistest.Target, name string) {
+	t.Helper()
+	key := keyspace.Registry(tgt.Prefix)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ok, err := tgt.Client.HExists(context.Background(), key, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s, limiter %s has not written its entry in the registry", name)
+		}
+	}
+}
+
 // TestCodePoliciesGivenFillInOnly: a policy given with WithCodePolicies
 // (a file of limits, say) stands for a limiter that records nothing, and
 // gives way to the policy a limiter's processes record themselves.
@@ -193,6 +215,7 @@ func TestCodePoliciesGivenFillInOnly(t *testing.T) {
 	if _, err := l.Allow(ctx, "tenant-1"); err != nil { // its first decision records it
 		t.Fatal(err)
 	}
+	registered(t, tgt, "partner-api")
 	stale := throttle.GCRA{Rate: throttle.PerMinute(10), Burst: 5}
 	s := serveDashboard(t, tgt, dashboard.WithCodePolicies(map[string]throttle.Policy{"partner-api": stale, "exports": stale}))
 	var overview struct {
