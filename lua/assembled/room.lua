@@ -852,10 +852,8 @@ local function bring_back_due()
   local holds = redis.call('HGETALL', KEYS[5])
   R.holds = {} -- read here, kept by what writes them (see common_worker.lua)
   for i = 1, #holds, 2 do
-    R.holds[holds[i]] = tonumber(holds[i + 1])
-  end
-  for i = 1, #holds, 2 do
     local flow, raw = holds[i], tonumber(holds[i + 1])
+    R.holds[flow] = raw
     local until_us = math.abs(raw)
     if until_us <= horizon then
       if raw > 0 or until_us <= now then
